@@ -1,0 +1,114 @@
+"""The LightningModule: loss, optimizer, metrics, and the device-side input conversion."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.loggers import TensorBoardLogger
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.segmentation import DiceScore
+
+from segperf.model.unet import UNet
+
+MemoryFormat = Literal["nchw", "channels_last"]
+
+
+class SegmentationModule(L.LightningModule):
+    """Trains a segmentation net with cross-entropy and Adam (lr 1e-4, as in the seed).
+
+    Batches arrive as `(image uint8 [B, H, W, 3], mask uint8 [B, H, W])`: uint8 moves 4x fewer
+    bytes host-to-device than float32, and HWC is what the JPEG decoder produces. The float
+    conversion and the memory-layout choice happen on the device, in `on_after_batch_transfer`.
+    """
+
+    def __init__(
+        self,
+        net: UNet,
+        lr: float = 1e-4,
+        memory_format: MemoryFormat = "nchw",
+        compile: bool = False,
+        sample_panels: int = 4,
+    ) -> None:
+        super().__init__()
+        if memory_format not in ("nchw", "channels_last"):
+            raise ValueError(f"model.memory_format={memory_format!r}: use 'nchw' or 'channels_last'")
+        self.save_hyperparameters(ignore=["net"])
+        self.net = net
+        self.lr = lr
+        self.memory_format = memory_format
+        self.sample_panels = sample_panels
+        if memory_format == "channels_last":
+            self.net.to(memory_format=torch.channels_last)
+        if compile:
+            # in place, so state_dict keys stay those of the plain net (checkpoints interchange);
+            # compilation happens lazily at the first call and is counted as warm-up.
+            self.net.compile()
+        num_classes = net.config["num_classes"]
+        self.val_pixel_accuracy = MulticlassAccuracy(num_classes, average="micro", multidim_average="global")
+        self.val_dice = DiceScore(num_classes, include_background=False, average="micro", input_format="index")
+
+    # -- device-side input conversion -------------------------------------------------------
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        image, mask = batch
+        # [B, H, W, 3] -> [B, 3, H, W] is a free view whose strides are already channels-last.
+        image = image.permute(0, 3, 1, 2)
+        if self.memory_format == "nchw":
+            # the layout conversion the seed's "align tensor memory layouts" axis avoids
+            image = image.contiguous()
+        image = image.float().div_(255.0)  # .float() keeps the strides: NCHW stays NCHW, NHWC stays NHWC
+        return image, mask.long()
+
+    # -- steps ------------------------------------------------------------------------------
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.net(image)
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        image, mask = batch
+        loss = F.cross_entropy(self(image), mask)
+        # logged as a tensor: no host sync here; Lightning reads it at log/progress-bar time
+        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=image.shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        image, mask = batch
+        logits = self(image)
+        loss = F.cross_entropy(logits, mask)
+        pred = logits.argmax(dim=1)
+        self.val_pixel_accuracy.update(pred, mask)
+        self.val_dice.update(pred, mask)
+        self.log("val/loss", loss, on_epoch=True, batch_size=image.shape[0])
+        if batch_idx == 0:
+            self._log_sample_panels(image, mask, pred)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/pixel_accuracy", self.val_pixel_accuracy.compute())
+        self.log("val/dice", self.val_dice.compute())
+        self.val_pixel_accuracy.reset()
+        self.val_dice.reset()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # plain data, so `torch.load(weights_only=True)` can rebuild the net
+        checkpoint["net_config"] = dict(self.net.config)
+
+    # -- TensorBoard ------------------------------------------------------------------------
+    def _log_sample_panels(self, image: torch.Tensor, mask: torch.Tensor, pred: torch.Tensor) -> None:
+        """image | true mask | predicted mask, one row per sample, under `val/samples`."""
+        if self.sample_panels <= 0 or self.trainer.sanity_checking:
+            return
+        loggers = [lg for lg in self.loggers if isinstance(lg, TensorBoardLogger)]
+        if not loggers:
+            return
+        n = min(self.sample_panels, image.shape[0])
+        rgb = image[:n].float().clamp(0, 1)
+        true = mask[:n, None].float().expand(-1, 3, -1, -1)
+        guess = pred[:n, None].float().expand(-1, 3, -1, -1)
+        rows = torch.cat([rgb, true, guess], dim=3)  # side by side along the width
+        panel = torch.cat(list(rows), dim=1).cpu()  # one row per sample, stacked
+        for logger in loggers:
+            logger.experiment.add_image("val/samples", panel, self.global_step)

@@ -1,0 +1,136 @@
+"""The seed study's 5-level U-Net, as a plain nn.Module (no Lightning inside).
+
+Shape: an input conv to 16 channels; encoder levels of 32, 64, 128, 256, 512 channels, each
+two 3x3 conv+ReLU whose activations are summed (a residual sum); 2x2 max-pool between levels;
+a decoder that upsamples, concatenates the encoder's skip and applies the same block; a 1x1
+output conv to the classes. Upsampling is the seed's "select model operations well" axis:
+`upconv` (bilinear x2, then a 3x3 conv) or `deconv` (2x2 stride-2 transposed conv, ~8.6M ->
+~7.8M parameters and fewer FLOPs).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+Upsample = Literal["upconv", "deconv"]
+
+
+class ResidualBlock(nn.Module):
+    """Two 3x3 conv+ReLU; the output is the sum of both activations."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a1 = self.relu(self.conv1(x))
+        a2 = self.relu(self.conv2(a1))
+        return a1 + a2
+
+
+def make_upsample(kind: Upsample, in_channels: int, out_channels: int) -> nn.Module:
+    if kind == "deconv":
+        return nn.ConvTranspose2d(in_channels, out_channels, 2, stride=2)
+    if kind == "upconv":
+        return nn.Sequential(
+            nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+            nn.Conv2d(in_channels, out_channels, 3, padding=1),
+        )
+    raise ValueError(f"unknown upsample {kind!r}: use 'upconv' (bilinear + conv) or 'deconv' (transposed conv)")
+
+
+class DecoderLevel(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, upsample: Upsample) -> None:
+        super().__init__()
+        self.up = make_upsample(upsample, in_channels, out_channels)
+        self.block = ResidualBlock(2 * out_channels, out_channels)
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        return self.block(torch.cat([self.up(x), skip], dim=1))
+
+
+class UNet(nn.Module):
+    def __init__(
+        self,
+        in_channels: int = 3,
+        num_classes: int = 2,
+        stem_channels: int = 16,
+        level_channels: tuple[int, ...] | list[int] = (32, 64, 128, 256, 512),
+        upsample: Upsample = "upconv",
+    ) -> None:
+        super().__init__()
+        level_channels = list(level_channels)
+        # kept so a checkpoint can rebuild the net without unpickling code
+        self.config = dict(
+            in_channels=in_channels,
+            num_classes=num_classes,
+            stem_channels=stem_channels,
+            level_channels=level_channels,
+            upsample=upsample,
+        )
+        self.divisor = 2 ** (len(level_channels) - 1)
+        self.stem = nn.Conv2d(in_channels, stem_channels, 3, padding=1)
+        ins = [stem_channels, *level_channels[:-1]]
+        self.encoders = nn.ModuleList(ResidualBlock(i, o) for i, o in zip(ins, level_channels, strict=True))
+        self.pool = nn.MaxPool2d(2)
+        self.decoders = nn.ModuleList(
+            DecoderLevel(level_channels[i + 1], level_channels[i], upsample) for i in range(len(level_channels) - 1)
+        )
+        self.head = nn.Conv2d(level_channels[0], num_classes, 1)
+
+    def check_input_size(self, height: int, width: int) -> None:
+        if height % self.divisor or width % self.divisor:
+            raise ValueError(
+                f"U-Net input must have height and width divisible by {self.divisor} "
+                f"({len(self.encoders) - 1} poolings); got {height}x{width}. "
+                f"Set data.height and data.width to multiples of {self.divisor}, e.g. 256 and 384."
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input_size(x.shape[-2], x.shape[-1])
+        x = self.stem(x)
+        skips = []
+        for level, encoder in enumerate(self.encoders):
+            if level:
+                x = self.pool(x)
+            x = encoder(x)
+            skips.append(x)
+        for level in reversed(range(len(self.decoders))):
+            x = self.decoders[level](x, skips[level])
+        return self.head(x)
+
+
+def level_shapes(net: UNet, height: int, width: int) -> list[tuple[tuple[int, ...], tuple[int, ...] | None]]:
+    """(C, H, W) of each level's encoder and decoder output for one input, traced through a real
+    forward of a twin on the meta device (no memory, no compute), so it shows what the net does."""
+    net.check_input_size(height, width)
+    with torch.device("meta"):
+        twin = UNet(**net.config)
+    encoder_out: dict[int, tuple[int, ...]] = {}
+    decoder_out: dict[int, tuple[int, ...]] = {}
+    for level, encoder in enumerate(twin.encoders):
+        encoder.register_forward_hook(lambda m, i, o, lv=level: encoder_out.__setitem__(lv, tuple(o.shape[1:])))
+    for level, decoder in enumerate(twin.decoders):
+        decoder.register_forward_hook(lambda m, i, o, lv=level: decoder_out.__setitem__(lv, tuple(o.shape[1:])))
+    with torch.no_grad():
+        twin(torch.empty(1, net.config["in_channels"], height, width, device="meta"))
+    return [(encoder_out[level], decoder_out.get(level)) for level in range(len(twin.encoders))]
+
+
+def describe(net: UNet, height: int, width: int) -> str:
+    """The seed study's model summary: one line per level with its (C, H, W) feature maps."""
+
+    def fmt(shape: tuple[int, ...] | None) -> str:
+        return "none" if shape is None else "(" + ", ".join(f"{d:4d}" for d in shape) + ")"
+
+    lines = [f"Defined a U-Net over {len(net.encoders)} levels, with (C, H, W) shaped feature maps."]
+    for level, (enc, dec) in enumerate(level_shapes(net, height, width)):
+        lines.append(f"level {level}: encoder {fmt(enc)}, decoder {fmt(dec)}")
+    params = sum(p.numel() for p in net.parameters())
+    lines.append(f"{params / 1e6:.2f}M parameters, upsample={net.config['upsample']}.")
+    return "\n".join(lines)

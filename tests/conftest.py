@@ -1,0 +1,67 @@
+"""Shared fixtures: tiny Carvana-format data made once per session, and the real config
+composed with Hydra's compose API and shrunk for the CPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+from segperf.config import CONFIG_DIR  # noqa: E402
+from segperf.data.synthetic import generate  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+# small everything: 64x96 model input (divisible by 16), 240x160 source images
+TINY = [
+    "data.height=64",
+    "data.width=96",
+    "train_images=8",
+    "val_images=4",
+    "batch_size=4",
+    "val_every_images=4",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.log_every_n_steps=1",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_carvana(tmp_path_factory) -> Path:
+    """5 cars x 16 views in Kaggle's layout: 4 train cars (64 images), 1 val car (16 images)."""
+    return generate(tmp_path_factory.mktemp("data") / "carvana", cars=5, seed=1, width=240, height=160)
+
+
+def compose_config(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+@pytest.fixture
+def tiny_cfg(tiny_carvana):
+    """compose_config with the tiny run size and data folder; extra overrides go last."""
+
+    def make(*overrides: str) -> DictConfig:
+        return compose_config(*TINY, f"data.root={tiny_carvana}", *overrides)
+
+    return make
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict | None = None):
+    """`python -m segperf.train ...` as a user runs it; returns the CompletedProcess."""
+    import subprocess
+
+    full_env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "segperf.train", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,170 @@
+"""Each optimization axis is a config group whose options change what they should."""
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from torch.utils.data import DataLoader
+
+from segperf.config import CONFIG_DIR, available_cores
+from segperf.data.prefetch import ThreadPrefetchLoader
+from segperf.trainer import build_trainer
+from tests.conftest import compose_config
+
+# group -> option -> (config key, expected value). Every option file in conf/ must be listed.
+AXES = {
+    "workers": {"off": ("data.num_workers", 0), "auto": ("data.num_workers", available_cores())},
+    "prefetch": {"off": ("data.prefetch_factor", None), "on": ("data.prefetch_factor", 4)},
+    "pin": {"off": ("data.pin_memory", False), "on": ("data.pin_memory", True)},
+    "upsample": {"upconv": ("model.net.upsample", "upconv"), "deconv": ("model.net.upsample", "deconv")},
+    "memory_format": {
+        "nchw": ("model.memory_format", "nchw"),
+        "channels_last": ("model.memory_format", "channels_last"),
+    },
+    "compile": {"off": ("model.compile", False), "on": ("model.compile", True)},
+    "precision": {
+        "fp32": ("trainer.precision", "32-true"),
+        "bf16": ("trainer.precision", "bf16-mixed"),
+        "fp16": ("trainer.precision", "16-mixed"),
+    },
+}
+BASELINE = {group: next(iter(options)) for group, options in AXES.items()}
+FAST = {
+    "workers": "auto",
+    "prefetch": "on",
+    "pin": "on",
+    "upsample": "deconv",
+    "memory_format": "channels_last",
+    "compile": "on",
+    "precision": "bf16",
+}
+
+
+def select(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def test_every_option_file_in_conf_is_covered_by_these_tests():
+    on_disk = {group: {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")} for group in AXES}
+    assert on_disk == {group: set(options) for group, options in AXES.items()}
+
+
+def test_no_option_is_named_by_a_bare_number_which_hydra_would_refuse():
+    names = [p.stem for group in AXES for p in (CONFIG_DIR / group).glob("*.yaml")]
+    assert not [n for n in names if n.lstrip("-").replace(".", "").isdigit()]
+
+
+@pytest.mark.parametrize(
+    "group,option", [(g, o) for g, options in AXES.items() for o in options], ids=lambda v: str(v)
+)
+def test_each_option_sets_its_key_and_nothing_else(group, option):
+    key, expected = AXES[group][option]
+    cfg = compose_config(f"{group}={option}")
+    assert select(cfg, key) == expected
+    for other, other_option in BASELINE.items():  # the other axes stay at their baseline
+        if other != group:
+            other_key, other_value = AXES[other][other_option]
+            assert select(cfg, other_key) == other_value
+
+
+def test_defaults_are_the_baseline_with_every_optimization_off():
+    cfg = compose_config()
+    for group, option in BASELINE.items():
+        key, expected = AXES[group][option]
+        assert select(cfg, key) == expected, group
+
+
+def test_opt_all_turns_every_axis_to_its_fast_setting():
+    cfg = compose_config("+opt=all")
+    for group, option in FAST.items():
+        key, expected = AXES[group][option]
+        assert select(cfg, key) == expected, group
+
+
+def test_command_line_axis_wins_over_the_opt_all_preset():
+    cfg = compose_config("+opt=all", "compile=off", "precision=fp32")
+    assert cfg.model.compile is False
+    assert cfg.trainer.precision == "32-true"
+    assert cfg.data.pin_memory is True
+
+
+def test_size_seed_is_the_seed_studys_run_size():
+    cfg = compose_config("size=seed")
+    assert (cfg.train_images, cfg.val_images, cfg.batch_size, cfg.val_every_images) == (3000, 60, 6, 500)
+    assert cfg.data.train_images == 3000 and cfg.data.batch_size == 6
+
+
+def test_exact_loader_numbers_stay_sweepable_through_the_underlying_keys():
+    cfg = compose_config("data.num_workers=3", "data.prefetch_factor=2")
+    assert (cfg.data.num_workers, cfg.data.prefetch_factor) == (3, 2)
+
+
+# -- the settings reach the objects that use them ----------------------------------------
+
+
+def loaders(cfg):
+    dm = instantiate(cfg.data)
+    dm.setup("fit")
+    return dm.train_dataloader(), dm.val_dataloader()
+
+
+def test_pin_on_reaches_the_dataloaders(tiny_cfg):
+    for loader in loaders(tiny_cfg("pin=on")):
+        assert isinstance(loader, DataLoader) and loader.pin_memory is True
+    assert all(loader.pin_memory is False for loader in loaders(tiny_cfg("pin=off")))
+
+
+def test_workers_auto_reaches_the_dataloader_with_persistent_workers(tiny_cfg):
+    train, val = loaders(tiny_cfg("workers=auto"))
+    assert train.num_workers == val.num_workers == available_cores()
+    assert train.persistent_workers is True
+
+
+def test_prefetch_on_sets_dataloader_prefetch_with_workers_and_a_thread_without(tiny_cfg):
+    train, _ = loaders(tiny_cfg("prefetch=on", "data.num_workers=2"))
+    assert isinstance(train, DataLoader) and train.prefetch_factor == 4
+    train, _ = loaders(tiny_cfg("prefetch=on"))
+    assert isinstance(train, ThreadPrefetchLoader) and train.depth == 4 and train.loader.num_workers == 0
+    train, _ = loaders(tiny_cfg("prefetch=off"))
+    assert isinstance(train, DataLoader) and train.prefetch_factor is None
+
+
+def module_for(cfg):
+    return instantiate(cfg.model, net=instantiate(cfg.model.net))
+
+
+def test_upsample_deconv_reaches_the_model(tiny_cfg):
+    net = module_for(tiny_cfg("upsample=deconv")).net
+    assert any(isinstance(m, torch.nn.ConvTranspose2d) for m in net.modules())
+    net = module_for(tiny_cfg("upsample=upconv")).net
+    assert not any(isinstance(m, torch.nn.ConvTranspose2d) for m in net.modules())
+
+
+@pytest.mark.parametrize("fmt,expected", [("channels_last", torch.channels_last), ("nchw", torch.contiguous_format)])
+def test_memory_format_reaches_the_model_weights_and_the_batch(tiny_cfg, fmt, expected):
+    cfg = tiny_cfg(f"memory_format={fmt}")
+    module = module_for(cfg)
+    assert module.net.stem.weight.is_contiguous(memory_format=expected)
+    train, _ = loaders(cfg)
+    image, mask = module.on_after_batch_transfer(next(iter(train)), 0)
+    assert image.dtype == torch.float32 and image.shape == (4, 3, 64, 96)
+    assert image.is_contiguous(memory_format=expected)
+    assert mask.dtype == torch.long
+
+
+def test_compile_on_compiles_the_net_in_place_keeping_checkpoint_keys(tiny_cfg):
+    compiled = module_for(tiny_cfg("compile=on"))
+    plain = module_for(tiny_cfg("compile=off"))
+    assert compiled.net._compiled_call_impl is not None
+    assert plain.net._compiled_call_impl is None
+    assert compiled.state_dict().keys() == plain.state_dict().keys()
+
+
+@pytest.mark.parametrize("option,expected", [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
+def test_precision_reaches_the_trainer_as_asked_even_fp16_on_cpu(tiny_cfg, option, expected, tmp_path):
+    cfg = tiny_cfg(f"precision={option}", "trainer.accelerator=cpu")
+    trainer = build_trainer(
+        dict(cfg.trainer), val_every_images=4, batch_size=4, logger=False, default_root_dir=tmp_path
+    )
+    assert trainer.precision == expected

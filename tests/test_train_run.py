@@ -1,0 +1,91 @@
+"""A whole training run leaves a correct record: results.json, summary, checkpoint, TensorBoard."""
+
+import json
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from segperf.train import train
+
+RESULT_KEYS = {"status", "dataset", "train", "quality", "config"}
+
+
+@pytest.fixture(scope="module")
+def baseline_run(tmp_path_factory, tiny_carvana):
+    from tests.conftest import TINY, compose_config
+
+    run_dir = tmp_path_factory.mktemp("run")
+    cfg = compose_config(*TINY, f"data.root={tiny_carvana}", "train_images=12", "val_every_images=8")
+    results = train(cfg, run_dir)
+    return run_dir, results
+
+
+def test_run_writes_results_json_with_the_counts_of_the_run(baseline_run):
+    run_dir, returned = baseline_run
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results == json.loads(json.dumps(returned))
+    assert RESULT_KEYS <= results.keys()
+    assert results["status"] == "completed"
+    assert results["dataset"] | {"root": None} == {
+        "root": None,
+        "synthetic": False,
+        "images": 80,
+        "cars": 5,
+        "train_images": 64,
+        "val_images": 16,
+        "train_cars": 4,
+        "val_cars": 1,
+    }
+    train = results["train"]
+    assert (train["images"], train["steps"]) == (12, 3)
+    assert train["wall_s"] > 0 and train["images_per_s"] > 0 and train["warmup_excluded"] is True
+    assert results["config"]["train_images"] == 12 and results["config"]["data"]["train_images"] == 12
+
+
+def test_quality_is_measured_at_the_end_of_training(baseline_run):
+    _, results = baseline_run
+    quality = results["quality"]
+    assert 0.0 <= quality["val_pixel_accuracy"] <= 1.0
+    assert 0.0 <= quality["val_dice"] <= 1.0
+    assert quality["val_loss"] > 0
+
+
+def test_no_temporary_files_are_left_next_to_the_results(baseline_run):
+    run_dir, _ = baseline_run
+    assert not list(run_dir.glob(".*.tmp"))
+    assert "trained on        12 images in 3 steps" in (run_dir / "summary.txt").read_text()
+
+
+def test_last_checkpoint_is_kept_and_loads_without_unpickling_code(baseline_run):
+    run_dir, _ = baseline_run
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert ckpt["net_config"]["level_channels"] == [32, 64, 128, 256, 512]
+    assert ckpt["global_step"] == 3
+    assert any(k.startswith("net.stem") for k in ckpt["state_dict"])
+
+
+def test_tensorboard_gets_losses_metrics_and_sample_panels(baseline_run):
+    run_dir, _ = baseline_run
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0}).Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"train/loss", "val/loss", "val/pixel_accuracy", "val/dice"} <= scalars
+    assert "val/samples" in events.Tags()["images"]
+    panel = events.Images("val/samples")[-1]
+    # one row per sample (batch of 4): image | true mask | predicted mask
+    assert (panel.width, panel.height) == (3 * 96, 4 * 64)
+
+
+def test_a_failing_run_still_writes_results_with_the_error(tmp_path, tiny_cfg):
+    cfg = tiny_cfg("val_images=50")
+    with pytest.raises(ValueError, match="val_images=50"):
+        train(cfg, tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed"
+    assert "val_images=50" in results["error"]
+
+
+def test_image_size_not_divisible_by_16_stops_before_any_work(tmp_path, tiny_cfg):
+    with pytest.raises(ValueError, match="divisible by 16"):
+        train(tiny_cfg("data.height=72"), tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
