@@ -1,0 +1,130 @@
+"""The Carvana LightningDataModule: layout, split, run-size limits and loader settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, RandomSampler, Subset
+
+from segperf.data.dataset import CarvanaDataset
+from segperf.data.layout import Split, find_samples, split_by_car
+from segperf.data.prefetch import ThreadPrefetchLoader
+from segperf.data.synthetic import ensure_synthetic
+
+
+def evenly_spaced(n: int, k: int) -> list[int]:
+    """k indices spread over range(n): a validation subset that covers many cars, deterministically."""
+    return [(i * n) // k for i in range(k)]
+
+
+class CarvanaDataModule(L.LightningDataModule):
+    """Kaggle-layout data from `root`, or the built-in synthetic set when `root` is None.
+
+    One training "epoch" is the whole run: a sampler draws `train_images` indices from
+    successive shuffles of the train split (so 3,000 of 4,064 is the seed's ~0.75 epoch, and a
+    count larger than the split wraps around without repeating within a pass). Validation uses
+    `val_images` evenly spaced samples of the validation split.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        height: int = 256,
+        width: int = 384,
+        holdout_frac: float = 0.2,
+        train_images: int = 3000,
+        val_images: int = 60,
+        batch_size: int = 6,
+        seed: int = 0,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = True,
+        synthetic: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("train_images", train_images), ("val_images", val_images), ("batch_size", batch_size)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r}: must be a positive integer")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"data.num_workers={num_workers!r}: use 0 (main process), a positive count, or workers=auto")
+        self.root = root
+        self.height, self.width = height, width
+        self.holdout_frac = holdout_frac
+        self.train_images, self.val_images, self.batch_size = train_images, val_images, batch_size
+        self.seed = seed
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.persistent_workers = persistent_workers
+        self.synthetic = dict(synthetic or {})
+        self.split: Split | None = None
+
+    # -- where the data is ------------------------------------------------------------------
+    def resolve_root(self) -> Path:
+        if self.root is not None:
+            return Path(self.root).expanduser()
+        options = dict(self.synthetic)
+        return ensure_synthetic(options.pop("cache_dir", "~/.cache/segperf"), **options)
+
+    def prepare_data(self) -> None:
+        # rank 0 only: generate the built-in data once, before any rank reads it
+        if self.root is None:
+            self.resolve_root()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.split is not None:
+            return
+        root = self.resolve_root()
+        split = split_by_car(find_samples(root), self.holdout_frac)
+        if not split.train:
+            raise ValueError(f"data.holdout_frac={self.holdout_frac} leaves no training cars in {root}")
+        if self.val_images > len(split.val):
+            raise ValueError(
+                f"val_images={self.val_images} is more than the {len(split.val)} validation images of {root} "
+                f"({len(split.val_cars)} held-out cars); use val_images<={len(split.val)}."
+            )
+        self.split = split
+        self.resolved_root = root
+        s = split.summary()
+        print(f"Loaded Carvana dataset from ('{root / 'train'}', '{root / 'train_masks'}').")
+        print(f"There are {s['images']:,} datapoints ({s['train_images']:,} train, {s['val_images']:,} val).")
+        print(f"There are {s['cars']:,} cars ({s['train_cars']:,} train, {s['val_cars']:,} val).")
+
+    def summary(self) -> dict[str, Any]:
+        """The `dataset` section of results.json."""
+        assert self.split is not None, "call setup() first"
+        return {"root": str(self.resolved_root), "synthetic": self.root is None, **self.split.summary()}
+
+    # -- loaders ----------------------------------------------------------------------------
+    def _loader(self, dataset, sampler=None):
+        workers = self.num_workers
+        loader = DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            num_workers=workers,
+            pin_memory=self.pin_memory,
+            # with workers, prefetch_factor is DataLoader's own; without, see ThreadPrefetchLoader
+            prefetch_factor=self.prefetch_factor if workers else None,
+            # re-spawning workers (and their imports) at every validation would be timed as data wait
+            persistent_workers=self.persistent_workers and workers > 0,
+        )
+        if workers == 0 and self.prefetch_factor:
+            return ThreadPrefetchLoader(loader, self.prefetch_factor)
+        return loader
+
+    def train_dataloader(self):
+        assert self.split is not None, "call setup() first"
+        dataset = CarvanaDataset(self.split.train, self.height, self.width)
+        generator = torch.Generator().manual_seed(self.seed)
+        sampler = RandomSampler(dataset, num_samples=self.train_images, generator=generator)
+        return self._loader(dataset, sampler)
+
+    def val_dataloader(self):
+        assert self.split is not None, "call setup() first"
+        dataset = CarvanaDataset(self.split.val, self.height, self.width)
+        return self._loader(Subset(dataset, evenly_spaced(len(dataset), self.val_images)))
