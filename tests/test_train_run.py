@@ -89,3 +89,27 @@ def test_image_size_not_divisible_by_16_stops_before_any_work(tmp_path, tiny_cfg
     with pytest.raises(ValueError, match="divisible by 16"):
         train(tiny_cfg("data.height=72"), tmp_path)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_results_record_the_setting_of_every_axis(baseline_run):
+    _, results = baseline_run
+    assert results["axes"] == {
+        "workers": 0,
+        "prefetch": None,
+        "pin": False,
+        "upsample": "upconv",
+        "memory_format": "nchw",
+        "compile": False,
+        "precision": "32-true",
+        "batch_size": 4,
+        "train_images": 12,
+    }
+    assert results["device"] == "cpu" and results["precision"] == "32-true"
+
+
+@pytest.mark.parametrize("option,expected", [("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
+def test_reduced_precision_trains_on_the_cpu_as_asked(tmp_path, tiny_cfg, option, expected):
+    results = train(tiny_cfg(f"precision={option}", "memory_format=channels_last", "upsample=deconv"), tmp_path)
+    assert results["status"] == "completed"
+    assert results["precision"] == expected
+    assert results["quality"]["val_loss"] > 0

@@ -26,16 +26,17 @@ from segperf.config import CONFIG_DIR
 from segperf.model.unet import describe
 from segperf.perf.results import format_summary, write_json_atomic, write_text_atomic
 from segperf.perf.throughput import TrainThroughput
-from segperf.trainer import build_trainer, validation_interval
+from segperf.trainer import build_trainer
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run one experiment; always leaves results.json in `run_dir`, also when it fails."""
     L.seed_everything(cfg.seed, workers=True)
     results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}}
+    results["axes"] = axis_settings(cfg)
     results["config"] = OmegaConf.to_container(cfg, resolve=True)
     throughput = TrainThroughput(warmup_steps=cfg.warmup_steps)
-    trainer = None
+    datamodule = trainer = None
     try:
         datamodule = instantiate(cfg.data)
         net = instantiate(cfg.model.net)
@@ -53,38 +54,70 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             logger=logger,
             default_root_dir=run_dir,
         )
-        results["device"] = str(trainer.strategy.root_device)
-        results["precision"] = trainer.precision
         trainer.fit(module, datamodule=datamodule)
-        results["dataset"] = datamodule.summary()
-        if trainer.interrupted:
-            results["status"] = "interrupted"
-        else:
-            if trainer.global_step % validation_interval(cfg.val_every_images, cfg.batch_size):
-                trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the end
-            results["status"] = "completed"
+        if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
+            trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
+        results["status"] = "interrupted" if trainer.interrupted else "completed"
     except BaseException as error:
         results["status"] = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
         results["error"] = f"{type(error).__name__}: {error}"
         results["traceback"] = traceback.format_exc()
         raise
     finally:
-        if trainer is not None:
-            metrics = trainer.callback_metrics
-            results["quality"] = {
-                "val_pixel_accuracy": _item(metrics.get("val/pixel_accuracy")),
-                "val_dice": _item(metrics.get("val/dice")),
-                "val_loss": _item(metrics.get("val/loss")),
-            }
-            if "datamodule" in locals() and datamodule.split is not None:
-                results["dataset"] = datamodule.summary()
-        results["train"] = throughput.summary()
+        finish_results(results, trainer, datamodule, throughput)
         write_json_atomic(run_dir / "results.json", results)
         summary = format_summary(results)
         write_text_atomic(run_dir / "summary.txt", summary)
         print(summary, end="")
         print(f"Results: {run_dir / 'results.json'}")
     return results
+
+
+def finish_results(results: dict[str, Any], trainer, datamodule, throughput: TrainThroughput) -> None:
+    """Fill in what the run measured, from whatever got built before it ended."""
+    results["train"] = throughput.summary()
+    if datamodule is not None and datamodule.split is not None:
+        results["dataset"] = datamodule.summary()
+    if trainer is None:
+        return
+    results["device"] = str(trainer.strategy.root_device)
+    results["precision"] = trainer.precision
+    metrics = trainer.callback_metrics
+    results["quality"] = {
+        "val_pixel_accuracy": _item(metrics.get("val/pixel_accuracy")),
+        "val_dice": _item(metrics.get("val/dice")),
+        "val_loss": _item(metrics.get("val/loss")),
+    }
+    log_hparams(trainer, results)
+
+
+def axis_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The value each optimization axis resolved to: what a sweep varies, and what TensorBoard's
+    HParams view and the report group runs by."""
+    return {
+        "workers": cfg.data.num_workers,
+        "prefetch": cfg.data.prefetch_factor,
+        "pin": cfg.data.pin_memory,
+        "upsample": cfg.model.net.upsample,
+        "memory_format": cfg.model.memory_format,
+        "compile": cfg.model.compile,
+        "precision": cfg.trainer.precision,
+        "batch_size": cfg.batch_size,
+        "train_images": cfg.train_images,
+    }
+
+
+def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
+    """Axis settings with the run's outcome, once at the end, for TensorBoard's HParams view."""
+    metrics = {
+        "hp/images_per_s": results["train"].get("images_per_s"),
+        "hp/val_dice": results["quality"].get("val_dice"),
+        "hp/val_pixel_accuracy": results["quality"].get("val_pixel_accuracy"),
+    }
+    params = {k: str(v) if v is None else v for k, v in results["axes"].items()}
+    for logger in trainer.loggers:
+        logger.log_hyperparams(params, {k: v for k, v in metrics.items() if v is not None})
+        logger.save()
 
 
 def _item(value: Any) -> float | None:

@@ -46,11 +46,17 @@ class CarvanaDataModule(L.LightningDataModule):
         synthetic: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("train_images", train_images), ("val_images", val_images), ("batch_size", batch_size)):
+        for name, value in (
+            ("train_images", train_images),
+            ("val_images", val_images),
+            ("batch_size", batch_size),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
         if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"data.num_workers={num_workers!r}: use 0 (main process), a positive count, or workers=auto")
+            raise ValueError(
+                f"data.num_workers={num_workers!r}: use 0 (main process), a positive count, or workers=auto"
+            )
         self.root = root
         self.height, self.width = height, width
         self.holdout_frac = holdout_frac

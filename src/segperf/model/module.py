@@ -35,7 +35,8 @@ class SegmentationModule(L.LightningModule):
         super().__init__()
         if memory_format not in ("nchw", "channels_last"):
             raise ValueError(f"model.memory_format={memory_format!r}: use 'nchw' or 'channels_last'")
-        self.save_hyperparameters(ignore=["net"])
+        # logged to TensorBoard once at the end, with the run's outcome (segperf.train.log_hparams)
+        self.save_hyperparameters(ignore=["net"], logger=False)
         self.net = net
         self.lr = lr
         self.memory_format = memory_format
@@ -48,7 +49,9 @@ class SegmentationModule(L.LightningModule):
             self.net.compile()
         num_classes = net.config["num_classes"]
         self.val_pixel_accuracy = MulticlassAccuracy(num_classes, average="micro", multidim_average="global")
-        self.val_dice = DiceScore(num_classes, include_background=False, average="micro", input_format="index")
+        self.val_dice = DiceScore(
+            num_classes, include_background=False, average="micro", input_format="index"
+        )
 
     # -- device-side input conversion -------------------------------------------------------
     def on_after_batch_transfer(self, batch, dataloader_idx: int):

@@ -1,0 +1,122 @@
+"""The commands the README shows, run as a user runs them (real subprocesses: slow)."""
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from segperf.config import available_cores
+from tests.conftest import REPO, TINY, run_cli
+
+pytestmark = pytest.mark.slow
+
+EVERY_OPTION = [
+    "workers=off prefetch=off pin=off upsample=upconv memory_format=nchw compile=off precision=fp32",
+    "workers=auto prefetch=on pin=on upsample=deconv memory_format=channels_last compile=on precision=bf16",
+    "precision=fp16",
+]
+
+
+def cli_config(args: list[str], tmp_path) -> dict:
+    done = run_cli([*args, "--cfg", "job", "--resolve"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_every_option_of_every_group_is_accepted_on_the_command_line(tmp_path):
+    baseline, fast, fp16 = (cli_config(line.split(), tmp_path) for line in EVERY_OPTION)
+    assert (baseline["data"]["num_workers"], fast["data"]["num_workers"]) == (0, available_cores())
+    assert (baseline["data"]["prefetch_factor"], fast["data"]["prefetch_factor"]) == (None, 4)
+    assert (baseline["data"]["pin_memory"], fast["data"]["pin_memory"]) == (False, True)
+    assert (baseline["model"]["net"]["upsample"], fast["model"]["net"]["upsample"]) == ("upconv", "deconv")
+    assert (baseline["model"]["memory_format"], fast["model"]["memory_format"]) == ("nchw", "channels_last")
+    assert (baseline["model"]["compile"], fast["model"]["compile"]) == (False, True)
+    assert [c["trainer"]["precision"] for c in (baseline, fast, fp16)] == [
+        "32-true",
+        "bf16-mixed",
+        "16-mixed",
+    ]
+
+
+def test_an_unknown_option_is_refused_with_the_available_choices(tmp_path):
+    done = run_cli(["workers=lots", "--cfg", "job"], cwd=tmp_path)
+    assert done.returncode != 0
+    assert "workers" in done.stderr and "auto" in done.stderr and "off" in done.stderr
+
+
+def test_train_command_on_a_data_folder_writes_results_with_correct_counts(tmp_path, tiny_carvana):
+    done = run_cli([*TINY, f"data.root={tiny_carvana}", "hydra.run.dir=run"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "There are 80 datapoints (64 train, 16 val)." in done.stdout
+    assert "level 4: encoder ( 512,    4,    6), decoder none" in done.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "completed"
+    assert (results["train"]["images"], results["dataset"]["train_cars"], results["dataset"]["val_cars"]) == (
+        8,
+        4,
+        1,
+    )
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_opt_all_runs_on_the_cpu_with_compile_bf16_workers_and_channels_last(tmp_path, tiny_carvana):
+    done = run_cli(["+opt=all", *TINY, f"data.root={tiny_carvana}", "hydra.run.dir=run"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "completed" and results["train"]["images"] == 8
+    assert results["precision"] == "bf16-mixed"
+    config = results["config"]
+    assert config["model"]["compile"] is True and config["model"]["memory_format"] == "channels_last"
+    assert config["data"]["num_workers"] == available_cores() and config["data"]["pin_memory"] is True
+
+
+def test_multirun_sweep_writes_one_named_run_directory_per_job(tmp_path, tiny_carvana):
+    args = [
+        "-m",
+        "workers=off,auto",
+        "pin=off,on",
+        *TINY,
+        f"data.root={tiny_carvana}",
+        "hydra.sweep.dir=sweep",
+    ]
+    done = run_cli(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = sorted(p.parent for p in (tmp_path / "sweep").glob("*/results.json"))
+    assert len(runs) == 4
+    names = [p.name for p in runs]
+    assert any(re.fullmatch(r"\d+_.*pin=on.*workers=auto.*", n) for n in names), names
+    combos = set()
+    for run in runs:
+        config = json.loads((run / "results.json").read_text())["config"]
+        combos.add((config["data"]["num_workers"], config["data"]["pin_memory"]))
+    assert combos == {(0, False), (0, True), (available_cores(), False), (available_cores(), True)}
+
+
+def test_readme_main_command_trains_the_baseline_on_built_in_data(tmp_path):
+    # exactly `python -m segperf.train`: default run size, built-in full-size data generated
+    # into an empty cache, outputs under ./outputs/<date>/<time>/
+    done = run_cli([], cwd=tmp_path, env={"SEGPERF_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "There are 160 datapoints (128 train, 32 val)." in done.stdout
+    (results_path,) = (tmp_path / "outputs").glob("*/*/results.json")
+    results = json.loads(results_path.read_text())
+    assert results["status"] == "completed" and results["dataset"]["synthetic"] is True
+    assert results["train"]["images"] == 24 and results["train"]["images_per_s"] > 0
+    assert results["config"]["model"]["compile"] is False and results["config"]["data"]["num_workers"] == 0
+
+
+def test_tensorboard_reads_the_run_directories(tmp_path, tiny_carvana):
+    done = run_cli([*TINY, f"data.root={tiny_carvana}", "hydra.run.dir=outputs/run"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tensorboard = REPO / ".venv" / "bin" / "tensorboard"
+    command = [
+        str(tensorboard) if tensorboard.exists() else "tensorboard",
+        "--inspect",
+        "--logdir",
+        "outputs",
+    ]
+    shown = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "val/dice" in shown.stdout and "train/loss" in shown.stdout
