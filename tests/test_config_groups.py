@@ -172,3 +172,14 @@ def test_precision_reaches_the_trainer_as_asked_even_fp16_on_cpu(tiny_cfg, optio
         dict(cfg.trainer), val_every_images=4, batch_size=4, logger=False, default_root_dir=tmp_path
     )
     assert trainer.precision == expected
+
+
+def test_reduced_precision_on_a_cpu_without_native_support_gets_a_notice():
+    from segperf.trainer import precision_notice
+
+    avx2_only = {"fma", "avx2"}
+    assert "avx512_bf16" in precision_notice("bf16-mixed", "cpu", avx2_only)
+    assert "avx512_fp16" in precision_notice("16-mixed", "cpu", avx2_only)
+    assert precision_notice("bf16-mixed", "cpu", avx2_only | {"amx_bf16"}) is None
+    assert precision_notice("32-true", "cpu", avx2_only) is None
+    assert precision_notice("bf16-mixed", "gpu", avx2_only) is None

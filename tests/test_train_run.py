@@ -7,6 +7,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from segperf.train import train
+from segperf.trainer import precision_notice
 
 RESULT_KEYS = {"status", "dataset", "train", "quality", "config"}
 
@@ -109,7 +110,10 @@ def test_results_record_the_setting_of_every_axis(baseline_run):
 
 @pytest.mark.parametrize("option,expected", [("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
 def test_reduced_precision_trains_on_the_cpu_as_asked(tmp_path, tiny_cfg, option, expected):
-    results = train(tiny_cfg(f"precision={option}", "memory_format=channels_last", "upsample=deconv"), tmp_path)
+    cfg = tiny_cfg(f"precision={option}", "memory_format=channels_last", "upsample=deconv")
+    results = train(cfg, tmp_path)
     assert results["status"] == "completed"
     assert results["precision"] == expected
+    # on a CPU that would emulate the type, the run says so and records it
+    assert results["notices"] == [n for n in [precision_notice(expected, "auto")] if n]
     assert results["quality"]["val_loss"] > 0

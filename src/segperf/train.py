@@ -26,13 +26,14 @@ from segperf.config import CONFIG_DIR
 from segperf.model.unet import describe
 from segperf.perf.results import format_summary, write_json_atomic, write_text_atomic
 from segperf.perf.throughput import TrainThroughput
-from segperf.trainer import build_trainer
+from segperf.trainer import build_trainer, precision_notice
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run one experiment; always leaves results.json in `run_dir`, also when it fails."""
+    reset_global_state()
     L.seed_everything(cfg.seed, workers=True)
-    results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}}
+    results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
     results["axes"] = axis_settings(cfg)
     results["config"] = OmegaConf.to_container(cfg, resolve=True)
     throughput = TrainThroughput(warmup_steps=cfg.warmup_steps)
@@ -43,6 +44,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         net.check_input_size(cfg.data.height, cfg.data.width)  # before any work, not at the first step
         print(describe(net, cfg.data.height, cfg.data.width))
         module = instantiate(cfg.model, net=net)
+        if notice := precision_notice(cfg.trainer.precision, cfg.trainer.accelerator):
+            print(f"segperf: note: {notice}")
+            results["notices"].append(notice)
 
         checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0)
         logger = TensorBoardLogger(save_dir=run_dir, name="", version="", default_hp_metric=False)
@@ -71,6 +75,13 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         print(summary, end="")
         print(f"Results: {run_dir / 'results.json'}")
     return results
+
+
+def reset_global_state() -> None:
+    """Sweep jobs share one process (Hydra's basic launcher): drop what an earlier job left."""
+    torch._dynamo.reset()  # compiled graphs and their guards
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
 
 
 def finish_results(results: dict[str, Any], trainer, datamodule, throughput: TrainThroughput) -> None:
