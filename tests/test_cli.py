@@ -12,8 +12,8 @@ from tests.conftest import REPO, TINY, run_cli
 
 pytestmark = pytest.mark.slow
 
-EVERY_OPTION = [
-    "workers=off prefetch=off pin=off upsample=upconv memory_format=nchw compile=off precision=fp32",
+EVERY_OPTION = [  # baseline (+ the seed's run size), fast, and the remaining precision
+    "size=seed workers=off prefetch=off pin=off upsample=upconv memory_format=nchw compile=off precision=fp32",
     "workers=auto prefetch=on pin=on upsample=deconv memory_format=channels_last compile=on precision=bf16",
     "precision=fp16",
 ]

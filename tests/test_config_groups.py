@@ -55,9 +55,7 @@ def test_no_option_is_named_by_a_bare_number_which_hydra_would_refuse():
     assert not [n for n in names if n.lstrip("-").replace(".", "").isdigit()]
 
 
-@pytest.mark.parametrize(
-    "group,option", [(g, o) for g, options in AXES.items() for o in options], ids=lambda v: str(v)
-)
+@pytest.mark.parametrize("group,option", [(g, o) for g, options in AXES.items() for o in options], ids=lambda v: str(v))
 def test_each_option_sets_its_key_and_nothing_else(group, option):
     key, expected = AXES[group][option]
     cfg = compose_config(f"{group}={option}")
@@ -141,9 +139,7 @@ def test_upsample_deconv_reaches_the_model(tiny_cfg):
     assert not any(isinstance(m, torch.nn.ConvTranspose2d) for m in net.modules())
 
 
-@pytest.mark.parametrize(
-    "fmt,expected", [("channels_last", torch.channels_last), ("nchw", torch.contiguous_format)]
-)
+@pytest.mark.parametrize("fmt,expected", [("channels_last", torch.channels_last), ("nchw", torch.contiguous_format)])
 def test_memory_format_reaches_the_model_weights_and_the_batch(tiny_cfg, fmt, expected):
     cfg = tiny_cfg(f"memory_format={fmt}")
     module = module_for(cfg)
@@ -163,9 +159,7 @@ def test_compile_on_compiles_the_net_in_place_keeping_checkpoint_keys(tiny_cfg):
     assert compiled.state_dict().keys() == plain.state_dict().keys()
 
 
-@pytest.mark.parametrize(
-    "option,expected", [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")]
-)
+@pytest.mark.parametrize("option,expected", [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
 def test_precision_reaches_the_trainer_as_asked_even_fp16_on_cpu(tiny_cfg, option, expected, tmp_path):
     cfg = tiny_cfg(f"precision={option}", "trainer.accelerator=cpu")
     trainer = build_trainer(

@@ -44,9 +44,7 @@ def test_layout_matches_kaggle_naming_and_every_image_has_a_same_size_mask(small
     cars = {p.name[:12] for p in images}
     assert cars == set(synthetic.car_ids(2, seed=3))
     for car in cars:
-        assert sorted(p.name for p in images if p.name.startswith(car)) == [
-            f"{car}_{v:02d}.jpg" for v in range(1, 17)
-        ]
+        assert sorted(p.name for p in images if p.name.startswith(car)) == [f"{car}_{v:02d}.jpg" for v in range(1, 17)]
 
 
 def test_same_arguments_give_identical_bytes_and_another_seed_gives_other_cars(small_set, tmp_path):

@@ -58,9 +58,7 @@ def precision_notice(precision: str, accelerator: str, flags: set[str] | None = 
     )
 
 
-def build_trainer(
-    trainer_cfg: dict[str, Any], *, val_every_images: int, batch_size: int, **kwargs: Any
-) -> L.Trainer:
+def build_trainer(trainer_cfg: dict[str, Any], *, val_every_images: int, batch_size: int, **kwargs: Any) -> L.Trainer:
     """One epoch is the whole run (the DataModule's sampler draws `train_images`); validation
     every `val_every_images`, counted across the run (check_val_every_n_epoch=None lets the
     interval exceed an epoch)."""

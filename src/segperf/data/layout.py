@@ -16,8 +16,7 @@ from pathlib import Path
 IMAGE_RE = re.compile(r"^(?P<car>[0-9a-zA-Z]+)_(?P<view>\d{2})\.jpg$")
 MASK_RE = re.compile(r"^(?P<car>[0-9a-zA-Z]+)_(?P<view>\d{2})_mask\.gif$")
 LAYOUT_HINT = (
-    "Expected Kaggle's Carvana layout: "
-    "ROOT/train/<car>_<view>.jpg and ROOT/train_masks/<car>_<view>_mask.gif."
+    "Expected Kaggle's Carvana layout: ROOT/train/<car>_<view>.jpg and ROOT/train_masks/<car>_<view>_mask.gif."
 )
 
 
@@ -49,9 +48,7 @@ class Split:
 
 def _list_files(folder: Path, pattern: re.Pattern[str]) -> dict[tuple[str, str], Path]:
     return {
-        (m["car"], m["view"]): path
-        for path in folder.iterdir()
-        if path.is_file() and (m := pattern.match(path.name))
+        (m["car"], m["view"]): path for path in folder.iterdir() if path.is_file() and (m := pattern.match(path.name))
     }
 
 
@@ -92,9 +89,7 @@ def car_order_key(car: str) -> str:
 
 def split_by_car(samples: list[Sample], holdout_frac: float = 0.2) -> Split:
     if not 0.0 <= holdout_frac <= 1.0:
-        raise ValueError(
-            f"data.holdout_frac={holdout_frac} is outside [0, 1]; 0.2 holds out 20% of the cars."
-        )
+        raise ValueError(f"data.holdout_frac={holdout_frac} is outside [0, 1]; 0.2 holds out 20% of the cars.")
     cars = sorted({s.car for s in samples}, key=car_order_key)
     n_val = round(holdout_frac * len(cars))
     val_cars = set(cars[:n_val])

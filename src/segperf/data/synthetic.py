@@ -74,9 +74,7 @@ def _trap(x0: float, x1: float, y0: float, x2: float, x3: float, y1: float) -> l
     return [(x0, y0), (x1, y0), (x3, y1), (x2, y1)]
 
 
-def render_view(
-    car_id: str, view: int, width: int, height: int, seed: int
-) -> tuple[Image.Image, Image.Image]:
+def render_view(car_id: str, view: int, width: int, height: int, seed: int) -> tuple[Image.Image, Image.Image]:
     """One view of one car; the mask is drawn from the very same shapes, so it is exact by construction."""
     p = _car(car_id, seed)
     col = p["colour"]
@@ -117,9 +115,7 @@ def render_view(
     sl, sr = (rear, front) if c >= 0 else (front, rear)
     xl, xr = cc - lc / 2, cc + lc / 2
     part("poly", _trap(xl, xr, top + 1, xl + sl, xr - sr, top - ch), col)
-    win = _trap(
-        xl + m + 0.86 * sl, xr - m - 0.86 * sr, top - m, xl + sl + 0.3 * m, xr - sr - 0.3 * m, top - ch + m
-    )
+    win = _trap(xl + m + 0.86 * sl, xr - m - 0.86 * sr, top - m, xl + sl + 0.3 * m, xr - sr - 0.3 * m, top - ch + m)
     part("poly", win, (42, 50, 60), False)
     if ac > 0.3:  # B-pillar splits the side windows
         part("rrect", (cc - 0.02 * L * ac, top - ch, cc + 0.02 * L * ac, top, 0), col, False)
@@ -173,9 +169,7 @@ def generate(
                 img.save(tmp / "train" / f"{cid}_{view:02d}.jpg", "JPEG", quality=jpeg_quality)
                 mask.save(tmp / "train_masks" / f"{cid}_{view:02d}_mask.gif", "GIF")
             if progress:
-                print(
-                    f"\r  car {i + 1}/{cars}", end="" if i + 1 < cars else "\n", file=sys.stderr, flush=True
-                )
+                print(f"\r  car {i + 1}/{cars}", end="" if i + 1 < cars else "\n", file=sys.stderr, flush=True)
         try:  # atomic: replaces only an empty `out` and fails if another writer got there first
             os.rename(tmp, out)
         except OSError as e:

@@ -49,9 +49,7 @@ class SegmentationModule(L.LightningModule):
             self.net.compile()
         num_classes = net.config["num_classes"]
         self.val_pixel_accuracy = MulticlassAccuracy(num_classes, average="micro", multidim_average="global")
-        self.val_dice = DiceScore(
-            num_classes, include_background=False, average="micro", input_format="index"
-        )
+        self.val_dice = DiceScore(num_classes, include_background=False, average="micro", input_format="index")
 
     # -- device-side input conversion -------------------------------------------------------
     def on_after_batch_transfer(self, batch, dataloader_idx: int):

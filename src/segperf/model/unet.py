@@ -41,9 +41,7 @@ def make_upsample(kind: Upsample, in_channels: int, out_channels: int) -> nn.Mod
             nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
             nn.Conv2d(in_channels, out_channels, 3, padding=1),
         )
-    raise ValueError(
-        f"unknown upsample {kind!r}: use 'upconv' (bilinear + conv) or 'deconv' (transposed conv)"
-    )
+    raise ValueError(f"unknown upsample {kind!r}: use 'upconv' (bilinear + conv) or 'deconv' (transposed conv)")
 
 
 class DecoderLevel(nn.Module):
@@ -81,8 +79,7 @@ class UNet(nn.Module):
         self.encoders = nn.ModuleList(ResidualBlock(i, o) for i, o in zip(ins, level_channels, strict=True))
         self.pool = nn.MaxPool2d(2)
         self.decoders = nn.ModuleList(
-            DecoderLevel(level_channels[i + 1], level_channels[i], upsample)
-            for i in range(len(level_channels) - 1)
+            DecoderLevel(level_channels[i + 1], level_channels[i], upsample) for i in range(len(level_channels) - 1)
         )
         self.head = nn.Conv2d(level_channels[0], num_classes, 1)
 
@@ -117,13 +114,9 @@ def level_shapes(net: UNet, height: int, width: int) -> list[tuple[tuple[int, ..
     encoder_out: dict[int, tuple[int, ...]] = {}
     decoder_out: dict[int, tuple[int, ...]] = {}
     for level, encoder in enumerate(twin.encoders):
-        encoder.register_forward_hook(
-            lambda m, i, o, lv=level: encoder_out.__setitem__(lv, tuple(o.shape[1:]))
-        )
+        encoder.register_forward_hook(lambda m, i, o, lv=level: encoder_out.__setitem__(lv, tuple(o.shape[1:])))
     for level, decoder in enumerate(twin.decoders):
-        decoder.register_forward_hook(
-            lambda m, i, o, lv=level: decoder_out.__setitem__(lv, tuple(o.shape[1:]))
-        )
+        decoder.register_forward_hook(lambda m, i, o, lv=level: decoder_out.__setitem__(lv, tuple(o.shape[1:])))
     with torch.no_grad():
         twin(torch.empty(1, net.config["in_channels"], height, width, device="meta"))
     return [(encoder_out[level], decoder_out.get(level)) for level in range(len(twin.encoders))]
