@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,19 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.config import CONFIG_DIR
 from segperf.model.unet import describe
-from segperf.perf.results import format_summary, write_json_atomic, write_text_atomic
-from segperf.perf.throughput import TrainThroughput
+from segperf.perf.measure import RunMeasurement
+from segperf.perf.results import write_json_atomic, write_text_atomic
+from segperf.perf.summary import format_run_summary
 from segperf.trainer import build_trainer, precision_notice
+
+# Lightning's notes that say nothing to a segperf user: the module's device-side conversion is
+# meant to take over from the DataModule's hook, and a pytree deprecation inside Lightning itself.
+warnings.filterwarnings("ignore", message=r".*overridden `on_after_batch_transfer`.*")
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -36,31 +42,36 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
     results["axes"] = axis_settings(cfg)
     results["config"] = OmegaConf.to_container(cfg, resolve=True)
-    throughput = TrainThroughput(warmup_steps=cfg.warmup_steps)
-    datamodule = trainer = None
+    measurement = RunMeasurement(run_dir, cfg.warmup_steps, cfg.perf.sample_interval_s, cfg.perf.measure)
+    datamodule = module = trainer = None
     try:
-        datamodule = instantiate(cfg.data)
-        net = instantiate(cfg.model.net)
-        net.check_input_size(cfg.data.height, cfg.data.width)  # before any work, not at the first step
-        print(describe(net, cfg.data.height, cfg.data.width))
-        module = instantiate(cfg.model, net=net)
+        with measurement.span("define_model"):
+            datamodule = instantiate(cfg.data)
+            net = instantiate(cfg.model.net)
+            net.check_input_size(cfg.data.height, cfg.data.width)  # before any work, not at the first step
+            print(describe(net, cfg.data.height, cfg.data.width))
+            module = instantiate(cfg.model, net=net)
         if notice := precision_notice(cfg.trainer.precision, cfg.trainer.accelerator):
             print(f"segperf: note: {notice}")
             results["notices"].append(notice)
 
         checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0)
-        logger = TensorBoardLogger(save_dir=run_dir, name="", version="", default_hp_metric=False)
+        logger = measurement.make_logger(run_dir)
         trainer = build_trainer(
             OmegaConf.to_container(cfg.trainer, resolve=True),
             val_every_images=cfg.val_every_images,
             batch_size=cfg.batch_size,
-            callbacks=[throughput, checkpoint],
+            callbacks=[measurement.clock, checkpoint],
             logger=logger,
+            profiler=measurement.profiler,
             default_root_dir=run_dir,
         )
+        measurement.clock.mark("fit_called")
         trainer.fit(module, datamodule=datamodule)
+        measurement.clock.mark("fit_returned")
         if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
-            trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
+            with measurement.span("validation"):
+                trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
         results["status"] = "interrupted" if trainer.interrupted else "completed"
     except BaseException as error:
         results["status"] = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
@@ -68,9 +79,10 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         results["traceback"] = traceback.format_exc()
         raise
     finally:
-        finish_results(results, trainer, datamodule, throughput)
+        measurement.finish(results, trainer, module)
+        finish_results(results, trainer, datamodule)
         write_json_atomic(run_dir / "results.json", results)
-        summary = format_summary(results)
+        summary = format_run_summary(results)
         write_text_atomic(run_dir / "summary.txt", summary)
         print(summary, end="")
         print(f"Results: {run_dir / 'results.json'}")
@@ -84,9 +96,8 @@ def reset_global_state() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def finish_results(results: dict[str, Any], trainer, datamodule, throughput: TrainThroughput) -> None:
-    """Fill in what the run measured, from whatever got built before it ended."""
-    results["train"] = throughput.summary()
+def finish_results(results: dict[str, Any], trainer, datamodule) -> None:
+    """Fill in what the run did, from whatever got built before it ended."""
     if datamodule is not None and datamodule.split is not None:
         results["dataset"] = datamodule.summary()
     if trainer is None:

@@ -1,4 +1,2 @@
-from segperf.perf.results import write_json_atomic
-from segperf.perf.throughput import TrainThroughput
-
-__all__ = ["TrainThroughput", "write_json_atomic"]
+"""Measuring a run: phases (`phases`), resources (`resources`, `machine`), jitter, FLOPs and
+MFU (`flops`), the verdict, all gathered by `measure.RunMeasurement`; `summary` formats them."""

@@ -1,0 +1,197 @@
+"""FLOPs per image, the device's peak, and model FLOPs utilisation (MFU).
+
+Images/s alone cannot say whether a run is slow: 40 images/s may be excellent on a laptop CPU
+and dismal on an H200. MFU = achieved FLOP/s / the chip's theoretical peak puts a run on an
+absolute scale. FLOPs are *counted*, not estimated, with Lightning's `measure_flops` (torch's
+FlopCounterMode) on the meta device: shapes propagate, no memory is allocated and nothing is
+computed, so counting costs a fraction of a second on any machine.
+
+Peaks come from Lightning's table (`_CUDA_FLOPS`), read by our own name parser because
+Lightning only recognises H200 names containing "sxm1"/"nvl1", while the driver reports a
+plain "NVIDIA H200" (or "NVIDIA H200 NVL"). Caveat: Lightning's H200 rows are NVIDIA's
+with-sparsity figures (bf16 2.0e15 on SXM vs ~0.99e15 dense), so MFU on an H200 reads about
+half of what a dense-peak MFU would.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.throughput import _CUDA_FLOPS, get_available_flops, measure_flops
+
+# Lightning precision strings (and their short aliases) -> the dtype the matmuls run in.
+PRECISION_DTYPES: dict[str, torch.dtype] = {
+    "64-true": torch.float64,
+    "64": torch.float64,
+    "32-true": torch.float32,
+    "32": torch.float32,
+    "bf16-mixed": torch.bfloat16,
+    "bf16-true": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "16-true": torch.float16,
+    "16": torch.float16,
+}
+
+# (regex on the lower-cased driver name, Lightning table key), first match wins; mirrors Lightning's
+# get_available_flops parser, with word boundaries so "RTX A4000" is not taken for an A40.
+_CHIP_RULES: tuple[tuple[str, str], ...] = (
+    (r"\ba6000\b", "a6000"),
+    (r"\ba100\b", "a100"),
+    (r"\ba10g\b", "a10g"),
+    (r"\ba40\b", "a40"),
+    (r"quadro rtx 5000", "quadro rtx 5000"),
+    (r"titan rtx", "titan rtx"),
+    (r"\bv100-sxm", "v100 sxm"),
+    (r"\bv100-pcie", "v100 pcie"),
+    (r"\bv100s-pcie", "v100s pcie"),
+    (r"\bt4\b", "t4"),
+)
+# Names we resolve to "no known peak" on purpose, which Lightning's parser would misread (an L40S as
+# an L4): the fallback to get_available_flops must not undo that.
+_NOT_IN_TABLE = re.compile(r"\bl40s\b|\bgh200\b")
+
+
+def chip_name(device_name: str) -> str:
+    """The `_CUDA_FLOPS` key for a `torch.cuda.get_device_name()` string, or the lower-cased name.
+
+    "NVIDIA H200" -> "h200 sxm1" (the plain name is the SXM part), "NVIDIA H200 NVL" -> "h200 nvl1";
+    the other rules follow Lightning's parser. An unknown name comes back lower-cased, so looking
+    it up in the table misses and the caller says "no known peak".
+    """
+    chip = device_name.lower().strip()
+    if re.search(r"\bh200\b", chip):  # not "gh200" (a Grace-Hopper superchip, not in the table)
+        return "h200 nvl1" if "nvl" in chip else "h200 sxm1"
+    if "h100" in chip:
+        if "nvl" in chip:
+            return "h100 nvl"
+        if "hbm3" in chip or "sxm" in chip:  # "NVIDIA H100 80GB HBM3" is the SXM part
+            return "h100 sxm"
+        if "pcie" in chip or "hbm2e" in chip:
+            return "h100 pcie"
+        return chip
+    if "l40s" in chip:
+        return "l40s"  # twice an L40's tensor throughput; not in the table, and no L40 stand-in
+    if "l40" in chip:
+        return "l40"
+    if re.search(r"\bl4\b", chip):
+        return "l4"
+    rtx = re.search(r"geforce rtx (\d{4})(?: (super|ti))?", chip)
+    if rtx:
+        return f"rtx {rtx.group(1)}" + (f" {rtx.group(2)}" if rtx.group(2) else "")
+    for pattern, key in _CHIP_RULES:
+        if re.search(pattern, chip):
+            return key
+    return chip
+
+
+def peak_flops_for_name(device_name: str, precision: str, tf32: bool) -> float | None:
+    """Theoretical peak FLOP/s of a CUDA device named `device_name` at a Lightning `precision`.
+
+    `tf32` says float32 matmuls run on tensor cores (Ampere or later and
+    `torch.get_float32_matmul_precision() != "highest"`); then "32-true" reports the tf32 peak, as
+    Lightning does. None when the chip, the precision or the dtype on that chip is unknown: no
+    peak is better than a wrong one. Pure and GPU-free, so it is testable anywhere.
+    """
+    dtype = PRECISION_DTYPES.get(str(precision))
+    table = _CUDA_FLOPS.get(chip_name(device_name))
+    if dtype is None or table is None:
+        return None
+    key: torch.dtype | str = dtype
+    if dtype is torch.float32 and tf32 and "tfloat32" in table:
+        key = "tfloat32"
+    return float(table[key]) if key in table else None
+
+
+def peak_flops(device: torch.device | str, precision: str) -> float | None:
+    """The peak FLOP/s of `device` at `precision`; None on a CPU (or MPS), where no table of peaks
+    exists: a CPU's peak depends on cores, clocks and SIMD width, none of which torch reports.
+
+    A CUDA name our parser does not know falls back to Lightning's `get_available_flops` (a newer
+    Lightning may know it), with its "FLOPs not found" warning silenced: None says it already.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    from lightning.fabric.accelerators.cuda import _is_ampere_or_later
+
+    name = torch.cuda.get_device_name(device)
+    tf32 = _is_ampere_or_later(device) and torch.get_float32_matmul_precision() != "highest"
+    peak = peak_flops_for_name(name, precision, tf32)
+    dtype = PRECISION_DTYPES.get(str(precision))
+    unparsed = chip_name(name) not in _CUDA_FLOPS and not _NOT_IN_TABLE.search(name.lower())
+    if peak is None and dtype is not None and unparsed:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = get_available_flops(device, dtype)
+        peak = None if found is None else float(found)
+    return peak
+
+
+def _config_key(net_config: dict[str, Any]) -> tuple:
+    """A hashable, order-independent form of a UNet config (lists become tuples)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list | tuple) else v) for k, v in net_config.items()))
+
+
+@functools.lru_cache(maxsize=64)
+def _count_flops(config_key: tuple, height: int, width: int, training: bool) -> int:
+    from segperf.model.unet import UNet
+
+    config = {k: list(v) if isinstance(v, tuple) else v for k, v in config_key}
+    with torch.device("meta"):
+        net = UNet(**config)
+        x = torch.empty(1, config.get("in_channels", 3), height, width)
+    if training:
+        return int(measure_flops(net, lambda: net(x), loss_fn=lambda y: y.sum()))
+    with torch.no_grad():
+        return int(measure_flops(net, lambda: net(x)))
+
+
+def flops_per_image(net_config: dict[str, Any], height: int, width: int, training: bool = True) -> int:
+    """FLOPs to process one `height` x `width` image with `UNet(**net_config)`.
+
+    training=True counts forward + backward (about 3x forward: backward computes gradients for both
+    inputs and weights); False counts the forward only, as in validation. A multiply-add counts as
+    2 FLOPs. Counted on the meta device (no memory, well under a second) and cached per
+    (config, size, mode). Raises the U-Net's ValueError when the size is not divisible by 16.
+    """
+    return _count_flops(_config_key(net_config), int(height), int(width), bool(training))
+
+
+def mfu(images_per_s: float | None, flops_per_image: int | None, peak: float | None) -> float | None:
+    """Model FLOPs utilisation, images_per_s * flops_per_image / peak; None when any is missing or 0."""
+    if not images_per_s or not flops_per_image or not peak:
+        return None
+    return float(images_per_s) * float(flops_per_image) / float(peak)
+
+
+def throughput_summary(
+    train_images_per_s: float | None,
+    val_images_per_s: float | None,
+    net_config: dict[str, Any],
+    height: int,
+    width: int,
+    device: torch.device | str,
+    precision: str,
+) -> dict[str, Any]:
+    """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peak, MFU.
+
+    MFU is computed on training (forward + backward FLOPs); it is None on a CPU, where no peak is
+    known, and whenever the train rate is missing.
+    """
+    train_flops = flops_per_image(net_config, height, width, training=True)
+    val_flops = flops_per_image(net_config, height, width, training=False)
+    peak = peak_flops(device, precision)
+    return {
+        "train_images_per_s": None if train_images_per_s is None else float(train_images_per_s),
+        "val_images_per_s": None if val_images_per_s is None else float(val_images_per_s),
+        "train_flops_per_image": train_flops,
+        "val_flops_per_image": val_flops,
+        "achieved_train_flops_per_s": None if train_images_per_s is None else float(train_images_per_s) * train_flops,
+        "peak_flops_per_s": peak,
+        "mfu": mfu(train_images_per_s, train_flops, peak),
+    }

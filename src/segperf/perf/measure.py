@@ -1,0 +1,228 @@
+"""Everything a run measures, gathered into the sections of results.json.
+
+`RunMeasurement` owns the pieces (the phase profiler and clock, the resource sampler) for one
+run; `train.py` wraps the parts of the run it does itself (`span("define_model")`, ...) and
+calls `finish()` once at the end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from segperf.perf.flops import throughput_summary
+from segperf.perf.jitter import jitter_summary, log_histograms
+from segperf.perf.machine import machine_info
+from segperf.perf.phases import PhaseClock, PhaseProfiler, account_phases, steady_state_batches
+from segperf.perf.resources import ResourceSample, ResourceSampler, torch_memory
+from segperf.perf.verdict import verdict
+
+
+class TimedTensorBoardLogger(TensorBoardLogger):
+    """TensorBoardLogger whose metric writes show up as the `logging` phase (Lightning does
+    not profile logger calls)."""
+
+    def __init__(self, *args: Any, profiler: PhaseProfiler, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._phase_profiler = profiler
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        with self._phase_profiler.profile("segperf.log_metrics"):
+            super().log_metrics(metrics, step)
+
+
+class RunMeasurement:
+    def __init__(
+        self, run_dir: Path, warmup_steps: int = 2, sample_interval_s: float = 0.05, enabled: bool = True
+    ) -> None:
+        """`enabled=False` keeps only what throughput needs (a few host timestamps per batch), so
+        that a run with and without the measurement shows what the measurement costs."""
+        self.enabled = enabled
+        self.profiler = PhaseProfiler(dirpath=str(run_dir), filename="lightning-profile") if enabled else None
+        self.clock = PhaseClock(warmup_steps=warmup_steps, device_events=enabled)
+        gpu_index = torch.cuda.current_device() if torch.cuda.is_available() else None
+        self.sampler = ResourceSampler(interval_s=sample_interval_s, gpu_index=gpu_index) if enabled else None
+        self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.run_start = time.perf_counter()
+        if self.sampler is not None:
+            self.sampler.start()
+
+    def make_logger(self, run_dir: Path) -> TensorBoardLogger:
+        options = dict(save_dir=run_dir, name="", version="", default_hp_metric=False)
+        if self.profiler is None:
+            return TensorBoardLogger(**options)
+        return TimedTensorBoardLogger(**options, profiler=self.profiler)
+
+    @contextmanager
+    def span(self, phase: str):
+        """Time a part of the run that no Lightning hook covers (model definition, set-up, ...)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spans[phase].append((start, time.perf_counter()))
+
+    # -- the end of the run -----------------------------------------------------------------
+    def finish(self, results: dict[str, Any], trainer=None, module=None) -> None:
+        """Fill `phases`, `train`, `resources`, `jitter`, `throughput`, `verdict` and `machine`.
+        Safe to call after a failure: sections whose inputs never came into being stay small."""
+        run = (self.run_start, time.perf_counter())
+        clock = self.clock
+        if not self.enabled:
+            validation_s = sum(end - start for start, end in clock.validation)
+            results["train"] = train_section(clock, validation_s, run)
+            results["measurement"] = "off"
+            return
+        self.sampler.stop()
+        intervals = defaultdict(list, self.profiler.phase_intervals())
+        for phase, spans in self.spans.items():
+            intervals[phase].extend(spans)
+        intervals["validation"].extend(clock.validation)
+        marks = clock.marks
+        if "fit_called" in marks:  # Trainer.fit up to the first batch, and from the last to its return
+            setup_end = marks.get("train_start", marks.get("fit_returned", run[1]))
+            intervals["setup"].append((marks["fit_called"], setup_end))
+        if "train_end" in marks:
+            intervals["teardown"].append((marks["train_end"], marks.get("fit_returned", run[1])))
+        calls = {"warmup": min(clock.steps, clock.warmup_steps), "validation": len(clock.validation)}
+        if "train_start" in clock.marks and clock.warmup_steps:
+            warm_end = clock.marks.get("warmup_end", clock.marks.get("train_end", run[1]))
+            intervals["warmup"].append((clock.marks["train_start"], warm_end))
+        table = account_phases(dict(intervals), run, calls)
+        for phase, row in table.phases.items():
+            row.update(window_stats(self.sampler.samples, table.windows.get(phase, [])))
+        results["phases"] = table.phases
+        results["accounted"] = {
+            "wall_s": table.accounted_s,
+            "fraction": table.accounted_fraction,
+            "run_wall_s": table.wall_s,
+        }
+        results["train"] = train_section(clock, table.phases.get("validation", {}).get("wall_s", 0.0), run)
+        results["machine"] = machine_info()
+        results["resources"] = self._resources(trainer)
+        batches = steady_state_batches(self.profiler, clock.warmup_steps)
+        results["jitter"] = jitter_summary(batches["data_wait"], batches["train_step"])
+        device_steps = clock.device_step_times()[clock.warmup_steps :]
+        if device_steps:
+            results["jitter"]["device_step"] = jitter_summary([0.0] * len(device_steps), device_steps)["train_step"]
+        if module is not None and trainer is not None:
+            results["throughput"] = throughput_summary(
+                results["train"]["images_per_s"],
+                results["train"].get("val_images_per_s"),
+                dict(module.net.config),
+                *module_input_size(trainer),
+                trainer.strategy.root_device,
+                str(trainer.precision),
+            )
+        gpu_percent = results["resources"].get("gpu_util_mean_percent")
+        results["verdict"] = verdict(
+            table.phases,
+            starved_fraction=results["jitter"]["starved"]["fraction"],
+            gpu_util_mean=None if gpu_percent is None else gpu_percent / 100.0,
+            device_type=trainer.strategy.root_device.type if trainer is not None else "cpu",
+        )
+        if trainer is not None:
+            self._log_tensorboard(trainer, results, batches)
+
+    def _resources(self, trainer) -> dict[str, Any]:
+        overall = self.sampler.overall()
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        return {
+            "interval_s": self.sampler.interval_s,
+            "samples": overall.samples,
+            "cpu_mean_percent": overall.cpu_mean_percent,
+            "rss_peak_bytes": overall.rss_peak_bytes,
+            "gpu_util_mean_percent": overall.gpu_util_mean_percent,
+            "gpu_util_p50": overall.gpu_util_p50,
+            "gpu_util_p90": overall.gpu_util_p90,
+            "gpu_util_max": overall.gpu_util_max,
+            "gpu_mem_peak_bytes": overall.gpu_mem_peak_bytes,
+            **torch_memory(device),
+            "sampler_overhead_fraction": self.sampler.overhead_fraction(),
+            "notes": list(self.sampler.notes),
+        }
+
+    def _log_tensorboard(self, trainer, results: dict[str, Any], batches: dict[str, list[float]]) -> None:
+        for logger in trainer.loggers:
+            if not isinstance(logger, TensorBoardLogger):
+                continue
+            writer = logger.experiment
+            for phase, row in results["phases"].items():
+                writer.add_scalar(f"phases/{phase}_s", row["wall_s"], trainer.global_step)
+                writer.add_scalar(f"phases/{phase}_fraction", row["fraction"], trainer.global_step)
+            for sample in self.sampler.samples[:: max(1, int(1.0 / self.sampler.interval_s))]:  # ~1/s
+                step = int((sample.t - self.run_start) * 1000)  # milliseconds into the run
+                writer.add_scalar("resources/cpu_percent", sample.cpu_percent, step)
+                writer.add_scalar("resources/rss_mib", sample.rss_bytes / 2**20, step)
+                if sample.gpu_util_percent is not None:
+                    writer.add_scalar("resources/gpu_util_percent", sample.gpu_util_percent, step)
+                if sample.gpu_mem_bytes is not None:
+                    writer.add_scalar("resources/gpu_mem_mib", sample.gpu_mem_bytes / 2**20, step)
+            log_histograms(writer, batches, trainer.global_step)
+            writer.flush()
+
+
+def module_input_size(trainer) -> tuple[int, int]:
+    datamodule = trainer.datamodule
+    return datamodule.height, datamodule.width
+
+
+def window_stats(samples: list[ResourceSample], windows: list[tuple[float, float]]) -> dict[str, Any]:
+    """CPU mean, RSS peak, GPU utilization mean and GPU memory peak over the samples that fall in
+    `windows`; a phase too short to hold a sample gets the sample nearest to it."""
+    times = [s.t for s in samples]
+    chosen: list[ResourceSample] = []
+    for start, end in windows:
+        chosen.extend(samples[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)])
+    if not chosen and windows and samples:
+        middle = (windows[0][0] + windows[0][1]) / 2
+        i = min(bisect.bisect_left(times, middle), len(samples) - 1)
+        chosen = [samples[i]]
+    gpu_util = [s.gpu_util_percent for s in chosen if s.gpu_util_percent is not None]
+    gpu_mem = [s.gpu_mem_bytes for s in chosen if s.gpu_mem_bytes is not None]
+    return {
+        "cpu_mean_percent": fmean(s.cpu_percent for s in chosen) if chosen else None,
+        "rss_peak_bytes": max((s.rss_bytes for s in chosen), default=None),
+        "gpu_util_mean_percent": fmean(gpu_util) if gpu_util else None,
+        "gpu_mem_peak_bytes": max(gpu_mem, default=None),
+    }
+
+
+def train_section(clock: PhaseClock, validation_s: float, run: tuple[float, float]) -> dict[str, Any]:
+    """images/s after warm-up: images of the steps after warm-up over the training loop's time
+    after warm-up, less the pauses for validation (and the checkpoint saved after it)."""
+    start, end = clock.marks.get("train_start"), clock.marks.get("train_end", run[1])
+    warm_end = clock.marks.get("warmup_end")
+    section: dict[str, Any] = {
+        "images": clock.images,
+        "steps": clock.steps,
+        "wall_s": None if start is None else end - start,
+        "warmup_steps": clock.warmup_steps,
+        "warmup_s": None if start is None or warm_end is None else warm_end - start,
+        "validation_s": validation_s,
+        "images_per_s": None,
+        "warmup_excluded": False,
+    }
+    if start is None:
+        return section
+    if warm_end is not None and clock.steps > clock.warmup_steps:
+        images, begin = clock.images - clock.warmup_images, warm_end
+        section["warmup_excluded"] = True
+    else:  # too few steps to leave warm-up out: say so rather than report nothing
+        images, begin = clock.images, start
+    paused = sum(max(0.0, min(e, end) - max(s, begin)) for s, e in clock.pauses)
+    seconds = end - begin - paused
+    section["images_per_s"] = images / seconds if seconds > 0 else None
+    val_s = [e - s for s, e in clock.validation]
+    skip = 1 if len(val_s) > 1 else 0  # the first validation compiles/warms up the eval path
+    if val_s and sum(val_s[skip:]) > 0:
+        section["val_images_per_s"] = sum(clock.validation_images[skip : len(val_s)]) / sum(val_s[skip:])
+    return section

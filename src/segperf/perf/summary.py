@@ -1,0 +1,157 @@
+"""summary.txt: the seed study's tables (Resources, Top-line statistics, Per-phase statistics,
+Notes) from results.json, plus jitter, throughput and the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from segperf.perf.machine import format_header
+from segperf.perf.resources import format_mib, format_percent_of_cores
+
+WIDTH = 92
+RULE, LINE = "=" * WIDTH, "-" * WIDTH
+
+
+def _num(value: Any, spec: str, suffix: str = "") -> str:
+    return "n/a" if value is None else format(value, spec) + suffix
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else format_mib(value)
+
+
+def _section(title: str, rows: list[str]) -> list[str]:
+    return [RULE, title, LINE, *rows]
+
+
+def _kv(key: str, value: str) -> str:
+    return f"{key:<24}{value}"
+
+
+def format_run_summary(results: dict[str, Any]) -> str:
+    machine = results.get("machine") or {}
+    res = results.get("resources") or {}
+    train = results.get("train") or {}
+    quality = results.get("quality") or {}
+    dataset = results.get("dataset") or {}
+    cores = machine.get("cpu_available") or machine.get("cpu_threads") or 1
+    ram_mib = machine.get("ram_mib")
+    rss = res.get("rss_peak_bytes")
+    rss_text = (
+        "n/a"
+        if rss is None
+        else f"{_mib(rss)}" + (f" / {ram_mib:,.0f} MiB ({rss / 2**20 / ram_mib:.0%})" if ram_mib else "")
+    )
+    gpu_util = (
+        "n/a"
+        if res.get("gpu_util_p50") is None
+        else f"{res['gpu_util_p50']:.0f}%/{res['gpu_util_p90']:.0f}%/{res['gpu_util_max']:.0f}%"
+    )
+    status = results.get("status", "?") + (f" ({results['error']})" if results.get("error") else "")
+    lines = _section("Resources", format_header(machine).splitlines()) if machine else []
+    top = [
+        _kv("Status", status),
+        _kv("Data", f"{dataset.get('root', 'n/a')}"),
+        _kv(
+            "",
+            f"{dataset.get('images', 0):,} datapoints ({dataset.get('train_images', 0):,} train, "
+            f"{dataset.get('val_images', 0):,} val), {dataset.get('cars', 0):,} cars "
+            f"({dataset.get('train_cars', 0):,} train, {dataset.get('val_cars', 0):,} val)",
+        ),
+        _kv("Device / precision", f"{results.get('device', 'n/a')} / {results.get('precision', 'n/a')}"),
+        _kv("Wall clock time", _num((results.get("accounted") or {}).get("run_wall_s"), ",.1f", " s")),
+        _kv("Samples", f"{res.get('samples', 0):,} @ {res.get('interval_s', 0) * 1000:.0f} ms"),
+        _kv(
+            "Mean CPU util",
+            "n/a" if res.get("cpu_mean_percent") is None else format_percent_of_cores(res["cpu_mean_percent"], cores),
+        ),
+        _kv("Peak RSS usage", rss_text),
+        _kv("Peak GPU memory", _gpu_memory(res.get("gpu_mem_peak_bytes"), machine)),
+        _kv("GPU util. p50/p90/max", gpu_util),
+        _kv("Peak torch allocated", _mib(res.get("peak_allocated_bytes"))),
+        _kv("Peak torch reserved", _mib(res.get("peak_reserved_bytes"))),
+        _kv("Trained on", f"{train.get('images', 0):,} images in {train.get('steps', 0):,} steps"),
+        _kv("Val pixel accuracy", _num(quality.get("val_pixel_accuracy"), ".4f")),
+        _kv("Val Dice", _num(quality.get("val_dice"), ".4f")),
+    ]
+    lines += _section("Top-line statistics", top)
+    lines += [RULE, "Per-phase statistics", _phase_table(results)]
+    lines += _section("Jitter (per batch, after warm-up)", _jitter_rows(results.get("jitter") or {}))
+    lines += _section("Throughput (after warm-up)", _throughput_rows(results))
+    verdict = results.get("verdict") or {}
+    lines += _section("Verdict", [verdict.get("text", "n/a")])
+    notes = [
+        "CPU util. is summed over the process tree (DataLoader workers included); 100% is 1 busy core.",
+        "GPU memory is NVML's, over all processes on the device; GPU util. from NVML samples.",
+        f"Warm-up: the first {train.get('warmup_steps', 0)} training steps (compilation, caches), kept out of "
+        "throughput.",
+        *results.get("notices", []),
+        *res.get("notes", []),
+    ]
+    lines += _section("Notes", notes) + [RULE]
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_memory(peak: int | None, machine: dict[str, Any]) -> str:
+    if peak is None:
+        return "n/a"
+    gpus = machine.get("gpus") or []
+    total = gpus[0].get("memory_mib") if gpus else None
+    if not total:
+        return f"{_mib(peak)} (incl. other processes)"
+    return f"{peak / 2**20:,.0f} / {total:,.0f} MiB ({peak / 2**20 / total:.0%}, incl. other processes)"
+
+
+def _phase_table(results: dict[str, Any]) -> str:
+    header = f"{'phase':<16}{'calls':>7}{'wall (s)':>11}{'wall (%)':>10}{'cpu':>8}{'peak rss':>13}"
+    header += f"{'gpu util':>10}{'peak gpu':>13}"
+    rows = [header, LINE]
+    if results.get("measurement") == "off":
+        return "\n".join([*rows, "(not measured: perf.measure=false)"])
+    phases = results.get("phases") or {}
+    for name, row in sorted(phases.items(), key=lambda item: -item[1]["wall_s"]):
+        rows.append(
+            f"{name:<16}{row['calls']:>7,}{row['wall_s']:>11.2f}{row['fraction']:>10.1%}"
+            f"{_num(row.get('cpu_mean_percent'), '.0f', '%'):>8}{_mib(row.get('rss_peak_bytes')):>13}"
+            f"{_num(row.get('gpu_util_mean_percent'), '.0f', '%'):>10}{_mib(row.get('gpu_mem_peak_bytes')):>13}"
+        )
+    accounted = results.get("accounted") or {}
+    rows += [LINE, f"{'accounted':<23}{accounted.get('wall_s', 0):>11.2f}{accounted.get('fraction', 0):>10.1%}"]
+    return "\n".join(rows)
+
+
+def _jitter_rows(jitter: dict[str, Any]) -> list[str]:
+    rows = []
+    for name in ("data_wait", "train_step", "device_step"):
+        d = jitter.get(name)
+        if not d or not d.get("count"):
+            continue
+        rows.append(
+            _kv(
+                f"{name} (ms)",
+                f"p50 {d['p50'] * 1e3:,.1f}  p90 {d['p90'] * 1e3:,.1f}  p99 {d['p99'] * 1e3:,.1f}  "
+                f"max {d['max'] * 1e3:,.1f}  cv {d['cv']:.2f}  ({d['count']:,} batches)",
+            )
+        )
+    starved = jitter.get("starved") or {}
+    if starved.get("steps"):
+        rows.append(_kv("Starved steps", f"{starved['count']:,} of {starved['steps']:,} ({starved['fraction']:.0%})"))
+    return rows or ["n/a (no training steps after warm-up)"]
+
+
+def _throughput_rows(results: dict[str, Any]) -> list[str]:
+    train = results.get("train") or {}
+    tp = results.get("throughput") or {}
+    mfu = tp.get("mfu")
+    return [
+        _kv("Train images/s", _num(train.get("images_per_s"), ",.2f")),
+        _kv("Val images/s", _num(train.get("val_images_per_s"), ",.2f")),
+        _kv("Train GFLOP per image", _num(_scale(tp.get("train_flops_per_image"), 1e-9), ",.1f")),
+        _kv("Achieved TFLOP/s", _num(_scale(tp.get("achieved_train_flops_per_s"), 1e-12), ",.3f")),
+        _kv("Peak TFLOP/s", _num(_scale(tp.get("peak_flops_per_s"), 1e-12), ",.1f")),
+        _kv("MFU", "n/a (no known peak for this device)" if mfu is None else f"{mfu:.1%}"),
+    ]
+
+
+def _scale(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor

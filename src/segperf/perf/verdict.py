@@ -1,0 +1,155 @@
+"""The plain-language verdict: which bottleneck dominated the run, the evidence, and what to try.
+
+The phase table answers "where did the time go" in numbers; the verdict turns it into one
+decision, named by the optimization axes segperf exposes (workers=auto, prefetch=on, pin=on,
+memory_format=channels_last, compile=on, precision=bf16, upsample=deconv), so the next run is
+one command away. All thresholds live in THRESHOLDS so they can be read, argued about and tuned
+in one place. Pure: numbers in, a JSON-ready dict out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+THRESHOLDS: dict[str, float] = {
+    # warm-up phase share of the whole run's wall time above which warm-up (torch.compile,
+    # cuDNN autotuning, allocator and cache warm-up) dominates and nothing else is worth tuning yet.
+    "warmup_fraction": 0.5,
+    # data_wait share of steady-state training time (data_wait + batch_to_device + train_step +
+    # logging) above which the run is data-bound: a fifth of the time the model had no batch.
+    "data_bound_fraction": 0.2,
+    # share of starved steps (jitter.STARVED_FRACTION) that shows frequent stalls; together with a
+    # data_wait share of at least `starved_data_fraction` it also makes the run data-bound.
+    "starved_fraction": 0.25,
+    "starved_data_fraction": 0.1,
+    # mean GPU utilization (0-1) below which a GPU run with a large data_wait is data-bound. Above
+    # it the host's wait overlapped queued GPU work (CUDA runs asynchronously), so the GPU was not
+    # actually starved.
+    "gpu_busy_low": 0.6,
+    # batch_to_device share of steady-state training time above which host-to-device copies are
+    # the bottleneck (copy-bound); judged on accelerators only, a CPU "copy" is a no-op.
+    "h2d_fraction": 0.1,
+    # validation + logging + checkpoint share of the training loop (steady state + validation +
+    # checkpoint) above which bookkeeping, not training, is what the run spends its time on.
+    "overhead_fraction": 0.2,
+}
+
+STEADY_PHASES = ("data_wait", "batch_to_device", "train_step", "logging")
+OVERHEAD_PHASES = ("validation", "logging", "checkpoint")
+
+_OVERHEAD_ADVICE = {
+    "validation": "validate less often (a larger val_every_images) or on fewer images (val_images)",
+    "logging": "log less often (a larger trainer.log_every_n_steps)",
+    "checkpoint": "checkpoint less often",
+}
+
+
+def _seconds(phases: dict[str, dict], name: str) -> float:
+    return float((phases.get(name) or {}).get("wall_s") or 0.0)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def _gpu_fraction(gpu_util_mean: float | None) -> float | None:
+    """Mean GPU utilization as 0-1; a value above 1 is taken as a percentage (NVML reports 0-100)."""
+    if gpu_util_mean is None:
+        return None
+    return gpu_util_mean / 100.0 if gpu_util_mean > 1.0 else float(gpu_util_mean)
+
+
+def verdict(
+    phases: dict[str, dict],
+    *,
+    starved_fraction: float | None,
+    gpu_util_mean: float | None,
+    device_type: str,
+) -> dict[str, Any]:
+    """`{"kind": ..., "text": ...}` naming the run's dominant bottleneck with evidence and next steps.
+
+    `phases` maps phase name -> {"calls", "wall_s", "fraction"} (fraction of the run's wall time);
+    `starved_fraction` is jitter's share of starved steps; `gpu_util_mean` the mean GPU utilization
+    (0-1, or 0-100 percent), None without a GPU sampler. kind is one of "warm-up-bound",
+    "data-bound", "copy-bound", "overhead-bound", "compute-bound" or "unknown" (with the reason).
+    Warm-up is judged first (if it dominates, steady-state shares describe too little of the run);
+    then among data, copy and overhead the one with the largest share of the loop wins; compute
+    (train_step) is what remains when none passes its threshold.
+    """
+    t = THRESHOLDS
+    on_gpu = device_type != "cpu"
+    device = "GPU" if device_type == "cuda" else device_type.upper()
+    if not phases or sum(_seconds(phases, p) for p in phases) <= 0:
+        return {"kind": "unknown", "text": "unknown: no phase time was measured, so there is no bottleneck to name."}
+
+    warmup = float((phases.get("warmup") or {}).get("fraction") or 0.0)
+    if warmup > t["warmup_fraction"]:
+        return {
+            "kind": "warm-up-bound",
+            "text": f"warm-up-bound: compilation/warm-up took {_pct(warmup)} of the run; a longer run amortises it "
+            "(with compile=on, compare against compile=off on runs this short).",
+        }
+
+    steady = sum(_seconds(phases, p) for p in STEADY_PHASES)
+    if steady <= 0:
+        return {
+            "kind": "unknown",
+            "text": "unknown: no steady-state training step was timed (the run may be shorter than its warm-up); "
+            "train on more images or lower warmup_steps.",
+        }
+    loop = steady + _seconds(phases, "validation") + _seconds(phases, "checkpoint")
+    data_share = _seconds(phases, "data_wait") / steady
+    copy_share = _seconds(phases, "batch_to_device") / steady
+    overhead_share = sum(_seconds(phases, p) for p in OVERHEAD_PHASES) / loop
+    gpu = _gpu_fraction(gpu_util_mean)
+    starved = starved_fraction or 0.0
+
+    candidates: dict[str, float] = {}
+    data_heavy = data_share > t["data_bound_fraction"] or (
+        starved > t["starved_fraction"] and data_share > t["starved_data_fraction"]
+    )
+    if data_heavy and (not on_gpu or gpu is None or gpu < t["gpu_busy_low"]):
+        candidates["data-bound"] = data_share * steady / loop
+    if on_gpu and copy_share > t["h2d_fraction"]:
+        candidates["copy-bound"] = copy_share * steady / loop
+    if overhead_share > t["overhead_fraction"]:
+        candidates["overhead-bound"] = overhead_share
+    kind = max(candidates, key=candidates.__getitem__) if candidates else "compute-bound"
+
+    gpu_note = f" while the GPU was {_pct(gpu)} busy" if on_gpu and gpu is not None else ""
+    if kind == "data-bound":
+        starved_note = f" ({_pct(starved)} of steps starved)" if starved_fraction is not None else ""
+        advice = "workers=auto, prefetch=on, pin=on" if device_type == "cuda" else "workers=auto, prefetch=on"
+        text = (
+            f"data-bound: {_pct(data_share)} of training time waiting for data{starved_note}{gpu_note}; try {advice}."
+        )
+    elif kind == "copy-bound":
+        text = (
+            f"copy-bound: {_pct(copy_share)} of training time copying batches to the {device}{gpu_note}; "
+            "try pin=on and prefetch=on (pinned memory lets the copy overlap compute)."
+        )
+    elif kind == "overhead-bound":
+        worst = max(OVERHEAD_PHASES, key=lambda p: _seconds(phases, p))
+        parts = ", ".join(f"{p} {_pct(_seconds(phases, p) / loop)}" for p in OVERHEAD_PHASES if _seconds(phases, p))
+        text = (
+            f"overhead-bound: {_pct(overhead_share)} of the training loop in validation, logging and checkpoints "
+            f"({parts}); {_OVERHEAD_ADVICE[worst]}."
+        )
+    else:
+        step_share = _seconds(phases, "train_step") / steady
+        if not on_gpu:
+            text = (
+                f"compute-bound on the CPU: {_pct(step_share)} of steady-state time in train_step; "
+                "a GPU or a smaller model/image size is the lever (upsample=deconv cuts FLOPs by about a quarter)."
+            )
+        elif gpu is not None and gpu < t["gpu_busy_low"]:
+            text = (
+                f"compute-bound on the host: {_pct(step_share)} of steady-state time in train_step{gpu_note}, "
+                "so kernel launches, not the GPU, set the pace; try compile=on and a larger batch_size."
+            )
+        else:
+            text = (
+                f"compute-bound on the {device}: {_pct(step_share)} of steady-state time in train_step{gpu_note}; "
+                "try precision=bf16, memory_format=channels_last, compile=on, upsample=deconv."
+            )
+    return {"kind": kind, "text": text}

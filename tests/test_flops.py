@@ -1,0 +1,148 @@
+"""FLOPs per image (counted on the meta device), peaks by device name, MFU."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+
+import pytest
+import torch
+
+from segperf.model.unet import UNet
+from segperf.perf.flops import chip_name, flops_per_image, mfu, peak_flops, peak_flops_for_name, throughput_summary
+
+UPCONV = UNet(upsample="upconv").config
+DECONV = UNet(upsample="deconv").config
+
+
+def test_training_flops_are_about_three_times_the_forward():
+    train = flops_per_image(UPCONV, 256, 384, training=True)
+    forward = flops_per_image(UPCONV, 256, 384, training=False)
+    assert 2.5 < train / forward < 3.5
+
+
+def test_deconv_has_fewer_flops_than_upconv():
+    assert flops_per_image(DECONV, 256, 384) < flops_per_image(UPCONV, 256, 384)
+    assert flops_per_image(DECONV, 256, 384, training=False) < flops_per_image(UPCONV, 256, 384, training=False)
+
+
+def test_flops_scale_about_four_times_when_height_and_width_double():
+    ratio = flops_per_image(UPCONV, 256, 384, training=False) / flops_per_image(UPCONV, 128, 192, training=False)
+    assert 3.8 < ratio < 4.2
+
+
+def test_counting_is_fast_cached_and_returns_a_plain_int():
+    config = {**UPCONV, "stem_channels": 8}  # a config no other test counted, so nothing is cached yet
+    start = time.perf_counter()
+    first = flops_per_image(config, 256, 384)
+    assert time.perf_counter() - start < 2.0
+    start = time.perf_counter()
+    assert flops_per_image(dict(reversed(list(config.items()))), 256, 384) == first  # key order does not matter
+    assert time.perf_counter() - start < 0.01
+    assert type(first) is int and first > 0
+
+
+def test_sizes_the_unet_cannot_take_raise_its_error():
+    with pytest.raises(ValueError, match="divisible by 16"):
+        flops_per_image(UPCONV, 250, 384)
+
+
+@pytest.mark.parametrize(
+    ("name", "chip"),
+    [
+        ("NVIDIA H200", "h200 sxm1"),
+        ("NVIDIA H200 NVL", "h200 nvl1"),
+        ("NVIDIA H100 80GB HBM3", "h100 sxm"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA GeForce RTX 2060", "rtx 2060"),
+        ("NVIDIA GeForce RTX 4080 SUPER", "rtx 4080 super"),
+        ("Tesla T4", "t4"),
+    ],
+)
+def test_driver_names_normalise_to_lightning_chip_names(name, chip):
+    assert chip_name(name) == chip
+
+
+def test_h200_names_resolve_to_a_peak_above_a_petaflop_in_bf16():
+    assert peak_flops_for_name("NVIDIA H200", "bf16-mixed", tf32=False) > 1e15
+    assert peak_flops_for_name("NVIDIA H200 NVL", "bf16-mixed", tf32=False) > 1e15
+    assert peak_flops_for_name("NVIDIA H200", "bf16-mixed", tf32=False) > peak_flops_for_name(
+        "NVIDIA H200 NVL", "bf16-mixed", tf32=False
+    )
+
+
+def test_fp32_reports_the_tf32_peak_only_when_tf32_is_on():
+    fp32 = peak_flops_for_name("NVIDIA A100-SXM4-80GB", "32-true", tf32=False)
+    tf32 = peak_flops_for_name("NVIDIA A100-SXM4-80GB", "32-true", tf32=True)
+    assert fp32 == pytest.approx(19.5e12) and tf32 == pytest.approx(156e12)
+
+
+def test_known_names_resolve_for_each_precision():
+    assert peak_flops_for_name("NVIDIA H100 80GB HBM3", "bf16-mixed", tf32=False) == pytest.approx(989.4e12)
+    assert peak_flops_for_name("NVIDIA A100-SXM4-80GB", "16-mixed", tf32=False) == pytest.approx(312e12)
+
+
+def test_unknown_names_and_unlisted_chips_give_none_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert peak_flops_for_name("Some Unknown GPU", "bf16-mixed", tf32=False) is None
+        assert peak_flops_for_name("NVIDIA GeForce RTX 2060", "16-mixed", tf32=False) is None  # not in the table
+        assert peak_flops_for_name("NVIDIA RTX A4000", "32-true", tf32=False) is None  # not an A40
+        assert peak_flops_for_name("Tesla T4", "bf16-mixed", tf32=False) is None  # no bf16 on a T4
+
+
+def test_cpu_has_no_known_peak():
+    assert peak_flops("cpu", "32-true") is None
+    assert peak_flops(torch.device("cpu"), "bf16-mixed") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((10.0, 3e9, 1e12), 0.03),
+        ((None, 3e9, 1e12), None),
+        ((10.0, None, 1e12), None),
+        ((10.0, 3e9, None), None),
+        ((0.0, 3e9, 1e12), None),
+        ((10.0, 3e9, 0.0), None),
+    ],
+)
+def test_mfu_is_achieved_over_peak_and_none_when_anything_is_missing(args, expected):
+    assert mfu(*args) == (expected if expected is None else pytest.approx(expected))
+
+
+def test_throughput_summary_on_cpu_has_flops_but_no_mfu():
+    s = throughput_summary(2.0, 6.0, UPCONV, 256, 384, "cpu", "32-true")
+    assert s["train_flops_per_image"] == flops_per_image(UPCONV, 256, 384, training=True)
+    assert s["val_flops_per_image"] == flops_per_image(UPCONV, 256, 384, training=False)
+    assert s["achieved_train_flops_per_s"] == pytest.approx(2.0 * s["train_flops_per_image"])
+    assert s["peak_flops_per_s"] is None and s["mfu"] is None
+    json.dumps(s)
+
+
+def test_throughput_summary_without_a_train_rate_has_no_achieved_flops():
+    s = throughput_summary(None, None, DECONV, 64, 96, "cpu", "32-true")
+    assert s["achieved_train_flops_per_s"] is None and s["train_images_per_s"] is None
+
+
+def fake_cuda(monkeypatch, name: str) -> None:
+    """Make `peak_flops` see a CUDA device called `name` (Ampere or later), with no GPU present."""
+    import lightning.fabric.accelerators.cuda as lightning_cuda
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(lightning_cuda, "_is_ampere_or_later", lambda device=None: True)
+
+
+def test_peak_flops_on_a_cuda_h200_uses_the_normalised_name(monkeypatch):
+    fake_cuda(monkeypatch, "NVIDIA H200")
+    assert peak_flops("cuda:0", "bf16-mixed") == pytest.approx(2e15)
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert peak_flops("cuda", "32-true") == peak_flops_for_name("NVIDIA H200", "32-true", tf32=True)
+
+
+def test_peak_flops_for_an_unknown_cuda_name_falls_back_quietly_to_none(monkeypatch):
+    fake_cuda(monkeypatch, "Some Unknown GPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert peak_flops("cuda", "bf16-mixed") is None

@@ -1,0 +1,135 @@
+"""Every run tells where its time went: phases, resources, jitter, throughput, verdict."""
+
+import json
+import time
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from segperf.data.dataset import CarvanaDataset
+from segperf.perf.summary import format_run_summary
+from segperf.train import train
+
+SEED_PHASES = {
+    "define_model",
+    "setup",
+    "warmup",
+    "data_wait",
+    "batch_to_device",
+    "train_step",
+    "validation",
+    "logging",
+    "checkpoint",
+}
+
+
+@pytest.fixture(scope="module")
+def measured_run(tmp_path_factory, tiny_carvana):
+    from tests.conftest import TINY, compose_config
+
+    run_dir = tmp_path_factory.mktemp("measured")
+    cfg = compose_config(*TINY, f"data.root={tiny_carvana}", "train_images=24", "val_every_images=12")
+    return run_dir, train(cfg, run_dir)
+
+
+def test_phases_cover_the_seed_table_and_account_for_at_least_95_percent(measured_run):
+    run_dir, results = measured_run
+    assert SEED_PHASES <= results["phases"].keys()
+    fractions = sum(p["fraction"] for p in results["phases"].values())
+    assert fractions >= 0.95
+    assert results["accounted"]["fraction"] == pytest.approx(fractions)
+    assert results["phases"]["warmup"]["calls"] == 2
+    assert results["phases"]["train_step"]["calls"] >= 4
+    for row in results["phases"].values():
+        assert row["cpu_mean_percent"] is not None and row["rss_peak_bytes"] > 0
+        assert row["gpu_util_mean_percent"] is None  # no GPU here: n/a, nothing fails
+    saved = json.loads((run_dir / "results.json").read_text())
+    assert saved["phases"] == json.loads(json.dumps(results["phases"]))
+
+
+def test_summary_has_the_seed_tables_and_says_how_much_is_accounted(measured_run):
+    run_dir, results = measured_run
+    text = (run_dir / "summary.txt").read_text()
+    for heading in ("Resources", "Top-line statistics", "Per-phase statistics", "Jitter", "Throughput", "Verdict"):
+        assert heading in text
+    assert "accounted" in text and f"{results['accounted']['fraction']:.1%}" in text
+    assert "of 200%" in text or "cores busy" in text
+    assert (run_dir / "fit-lightning-profile.txt").is_file()  # Lightning's own profiler report too
+
+
+def test_resources_jitter_throughput_and_verdict_are_numbers(measured_run):
+    _, results = measured_run
+    resources = results["resources"]
+    assert resources["samples"] > 10 and resources["interval_s"] == 0.05
+    assert resources["cpu_mean_percent"] > 0 and resources["rss_peak_bytes"] > 0
+    assert resources["gpu_util_p50"] is None and resources["peak_allocated_bytes"] is None
+    assert resources["sampler_overhead_fraction"] < 0.05
+    jitter = results["jitter"]
+    assert jitter["train_step"]["count"] == results["train"]["steps"] - 2
+    assert jitter["data_wait"]["p99"] >= jitter["data_wait"]["p50"] >= 0
+    assert 0 <= jitter["starved"]["fraction"] <= 1
+    throughput = results["throughput"]
+    assert throughput["train_flops_per_image"] > throughput["val_flops_per_image"] > 0
+    assert throughput["mfu"] is None  # no known peak for a CPU
+    assert results["train"]["images_per_s"] > 0 and results["train"]["val_images_per_s"] > 0
+    assert results["verdict"]["kind"] in {"compute-bound", "overhead-bound", "warm-up-bound", "data-bound"}
+    assert results["machine"]["cpu_available"] >= 1
+
+
+def test_tensorboard_gets_phase_and_resource_scalars_jitter_histograms_and_hparams(measured_run):
+    run_dir, _ = measured_run
+    events = EventAccumulator(str(run_dir), size_guidance={"histograms": 0, "scalars": 0}).Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"phases/train_step_s", "phases/data_wait_fraction", "resources/cpu_percent"} <= scalars
+    assert {"jitter/data_wait", "jitter/train_step"} <= set(events.Tags()["histograms"])
+    hparams = events.PluginTagToContent("hparams")
+    assert hparams, "no HParams summary"
+    assert any(b"workers" in content for content in hparams.values())
+
+
+def test_a_slow_loader_shows_as_data_wait_and_a_data_bound_verdict(tmp_path, tiny_cfg, monkeypatch):
+    decode = CarvanaDataset.__getitem__
+
+    def slow_decode(self, index):
+        time.sleep(0.25)  # a slow disk or decoder
+        return decode(self, index)
+
+    monkeypatch.setattr(CarvanaDataset, "__getitem__", slow_decode)
+    results = train(tiny_cfg("train_images=24", "val_every_images=1000"), tmp_path)
+    phases = results["phases"]
+    assert phases["data_wait"]["wall_s"] > phases["train_step"]["wall_s"]
+    assert results["jitter"]["starved"]["fraction"] == 1.0
+    assert results["verdict"]["kind"] == "data-bound"
+    assert "workers=auto" in results["verdict"]["text"]
+
+
+def test_measurement_off_keeps_only_the_throughput(tmp_path, tiny_cfg):
+    results = train(tiny_cfg("train_images=12", "perf.measure=false"), tmp_path)
+    assert results["measurement"] == "off"
+    assert results["train"]["images"] == 12 and results["train"]["images_per_s"] > 0
+    assert "phases" not in results
+    assert "not measured" in (tmp_path / "summary.txt").read_text()
+
+
+def test_summary_shows_gpu_columns_when_there_are_gpu_numbers():
+    gib = 2**30
+    results = {
+        "status": "completed",
+        "machine": {"cpu_model": "X", "cpu_cores": 6, "cpu_threads": 12, "cpu_available": 12, "ram_mib": 15932,
+                    "gpus": [{"name": "NVIDIA GeForce RTX 2060", "memory_mib": 6144, "index": 0}]},
+        "resources": {"samples": 4105, "interval_s": 0.05, "cpu_mean_percent": 126.0, "rss_peak_bytes": 1896 * 2**20,
+                      "gpu_util_p50": 80.0, "gpu_util_p90": 90.0, "gpu_util_max": 100.0,
+                      "gpu_mem_peak_bytes": 6070 * 2**20, "peak_allocated_bytes": int(2.6 * gib),
+                      "peak_reserved_bytes": int(3.5 * gib)},
+        "phases": {"train_step": {"calls": 500, "wall_s": 148.3, "fraction": 0.682, "cpu_mean_percent": 139.0,
+                                  "rss_peak_bytes": 1812 * 2**20, "gpu_util_mean_percent": 80.0,
+                                  "gpu_mem_peak_bytes": 2548 * 2**20}},
+        "accounted": {"wall_s": 148.3, "fraction": 0.682, "run_wall_s": 217.5},
+        "train": {}, "quality": {}, "dataset": {},
+    }  # fmt: skip
+    text = format_run_summary(results)
+    assert "126% of 1,200% (1.3 of 12 cores busy)" in text
+    assert "80%/90%/100%" in text
+    assert "6,070 / 6,144 MiB (99%, incl. other processes)" in text
+    assert "NVIDIA GeForce RTX 2060" in text
+    assert "train_step" in text and "2,548 MiB" in text and "68.2%" in text

@@ -1,0 +1,76 @@
+"""Phase accounting: every instant of a run belongs to one phase, counted once."""
+
+import time
+
+import pytest
+
+from segperf.perf.phases import PHASES, PhaseProfiler, account_phases, phase_of_action, steady_state_batches
+
+
+def test_overlapping_records_are_counted_once_for_the_higher_priority_phase():
+    # a batch_to_device inside a validation window belongs to validation
+    intervals = {
+        "validation": [(10.0, 14.0)],
+        "batch_to_device": [(11.0, 12.0), (20.0, 21.0)],
+        "train_step": [(21.0, 25.0)],
+    }
+    table = account_phases(intervals, run=(0.0, 30.0))
+    assert table.phases["validation"]["wall_s"] == pytest.approx(4.0)
+    assert table.phases["batch_to_device"]["wall_s"] == pytest.approx(1.0)
+    assert table.phases["batch_to_device"]["calls"] == 2
+    assert table.phases["train_step"]["wall_s"] == pytest.approx(4.0)
+    assert table.accounted_s == pytest.approx(9.0)
+    assert table.accounted_fraction == pytest.approx(9.0 / 30.0)
+    assert table.phases["validation"]["fraction"] == pytest.approx(4.0 / 30.0)
+
+
+def test_warmup_window_takes_the_steps_inside_it_and_explicit_call_counts_win():
+    intervals = {
+        "warmup": [(0.0, 10.0)],
+        "data_wait": [(0.0, 1.0), (10.0, 11.0)],
+        "train_step": [(1.0, 10.0), (11.0, 13.0)],
+    }
+    table = account_phases(intervals, run=(0.0, 13.0), calls={"warmup": 1})
+    assert table.phases["warmup"] == {"calls": 1, "wall_s": pytest.approx(10.0), "fraction": pytest.approx(10 / 13)}
+    assert table.phases["data_wait"]["wall_s"] == pytest.approx(1.0)
+    assert table.phases["train_step"]["wall_s"] == pytest.approx(2.0)
+    assert table.accounted_fraction == pytest.approx(1.0)
+
+
+def test_records_outside_the_run_are_clipped_and_windows_are_exclusive():
+    table = account_phases({"setup": [(-5.0, 2.0)], "checkpoint": [(1.0, 3.0)]}, run=(0.0, 4.0))
+    assert table.phases["setup"]["wall_s"] == pytest.approx(1.0)
+    assert table.windows["checkpoint"] == [(1.0, 3.0)]
+    assert table.windows["setup"] == [(0.0, 1.0)]
+
+
+def test_lightning_actions_map_to_segperf_phases():
+    assert phase_of_action("[_TrainingEpochLoop].train_dataloader_next") == "data_wait"
+    assert phase_of_action("[Strategy]SingleDeviceStrategy.batch_to_device") == "batch_to_device"
+    assert phase_of_action("[Strategy]DDPStrategy.batch_to_device") == "batch_to_device"
+    assert phase_of_action("run_training_batch") == "train_step"
+    assert phase_of_action("save_checkpoint") == "checkpoint"
+    assert phase_of_action("[Callback]TQDMProgressBar.on_train_batch_end") == "logging"
+    assert phase_of_action("[Strategy]SingleDeviceStrategy.training_step") is None  # inside train_step
+    assert set(PHASES) >= {"data_wait", "batch_to_device", "train_step", "validation", "logging", "checkpoint"}
+
+
+def test_profiler_keeps_when_each_call_happened(monkeypatch):
+    profiler = PhaseProfiler()
+    clock = iter([1.0, 1.5, 2.0, 4.0, 5.0, 5.25])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    for action in ("run_training_batch", "[_TrainingEpochLoop].train_dataloader_next", "run_training_batch"):
+        profiler.start(action)
+        profiler.stop(action)
+    assert profiler.intervals["run_training_batch"] == [(1.0, 1.5), (5.0, 5.25)]
+    assert profiler.intervals["[_TrainingEpochLoop].train_dataloader_next"] == [(2.0, 4.0)]
+    assert profiler.recorded_durations["run_training_batch"] == [0.5, 0.25]  # Lightning's own record intact
+    assert profiler.phase_intervals()["train_step"] == [(1.0, 1.5), (5.0, 5.25)]
+
+
+def test_steady_state_batches_leave_out_the_warmup_steps():
+    profiler = PhaseProfiler()
+    profiler.intervals["[_TrainingEpochLoop].train_dataloader_next"] = [(0, 3), (4, 4.5), (6, 6.25)]
+    profiler.intervals["run_training_batch"] = [(3, 4), (4.5, 6), (6.25, 7.25)]
+    batches = steady_state_batches(profiler, warmup_steps=1)
+    assert batches == {"data_wait": [0.5, 0.25], "train_step": [1.5, 1.0]}

@@ -1,0 +1,108 @@
+"""The verdict names the dominant bottleneck, its evidence and segperf's options to try."""
+
+from __future__ import annotations
+
+import json
+
+from segperf.perf.verdict import THRESHOLDS, verdict
+
+
+def make_phases(**seconds: float) -> dict[str, dict]:
+    """A phases table as the phase accounting produces it, from wall seconds per phase."""
+    wall = sum(seconds.values())
+    return {name: {"calls": 1, "wall_s": s, "fraction": s / wall} for name, s in seconds.items()}
+
+
+BASE = {"define_model": 0.5, "setup": 1.0, "warmup": 2.0, "teardown": 0.5}
+
+
+def test_a_big_data_wait_share_is_data_bound_naming_the_share_and_workers():
+    phases = make_phases(**BASE, data_wait=61.0, batch_to_device=1.0, train_step=38.0, validation=2.0)
+    v = verdict(phases, starved_fraction=0.8, gpu_util_mean=0.38, device_type="cuda")
+    assert v["kind"] == "data-bound"
+    assert "61%" in v["text"] and "38% busy" in v["text"] and "80% of steps starved" in v["text"]
+    assert "workers=auto" in v["text"] and "pin=on" in v["text"]
+    json.dumps(v)
+
+
+def test_data_bound_on_a_cpu_gives_no_gpu_only_advice():
+    phases = make_phases(**BASE, data_wait=40.0, train_step=60.0)
+    v = verdict(phases, starved_fraction=None, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "data-bound" and "workers=auto" in v["text"]
+    assert "pin=on" not in v["text"] and "GPU" not in v["text"]
+
+
+def test_gpu_utilization_in_percent_is_understood():
+    phases = make_phases(**BASE, data_wait=50.0, train_step=50.0)
+    v = verdict(phases, starved_fraction=0.5, gpu_util_mean=30.0, device_type="cuda")
+    assert v["kind"] == "data-bound" and "30% busy" in v["text"]
+
+
+def test_data_wait_with_a_busy_gpu_is_not_data_bound():
+    # the host waited, but the GPU was still working through queued kernels
+    phases = make_phases(**BASE, data_wait=30.0, train_step=70.0)
+    v = verdict(phases, starved_fraction=0.1, gpu_util_mean=0.95, device_type="cuda")
+    assert v["kind"] == "compute-bound"
+    assert "precision=bf16" in v["text"]
+
+
+def test_frequent_starved_steps_with_a_moderate_wait_are_data_bound():
+    phases = make_phases(**BASE, data_wait=15.0, train_step=85.0)
+    assert verdict(phases, starved_fraction=0.5, gpu_util_mean=None, device_type="cpu")["kind"] == "data-bound"
+    assert verdict(phases, starved_fraction=0.1, gpu_util_mean=None, device_type="cpu")["kind"] == "compute-bound"
+
+
+def test_a_big_train_step_share_on_cpu_is_compute_bound_mentioning_the_cpu():
+    phases = make_phases(**BASE, data_wait=5.0, batch_to_device=0.1, train_step=93.0, logging=2.0)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "compute-bound"
+    assert "CPU" in v["text"] and "93%" in v["text"]
+    assert "pin=on" not in v["text"] and "bf16" not in v["text"]
+
+
+def test_a_big_batch_to_device_share_on_gpu_is_copy_bound():
+    phases = make_phases(**BASE, data_wait=2.0, batch_to_device=30.0, train_step=68.0)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=0.5, device_type="cuda")
+    assert v["kind"] == "copy-bound" and "30%" in v["text"] and "pin=on" in v["text"]
+
+
+def test_warm_up_dominating_the_run_is_warm_up_bound():
+    phases = make_phases(define_model=1.0, setup=2.0, warmup=70.0, data_wait=1.0, train_step=26.0)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=0.9, device_type="cuda")
+    assert v["kind"] == "warm-up-bound"
+    assert "70%" in v["text"] and "longer run" in v["text"]
+
+
+def test_big_checkpoint_and_validation_is_overhead_bound():
+    phases = make_phases(**BASE, data_wait=2.0, train_step=40.0, validation=35.0, checkpoint=20.0, logging=3.0)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "overhead-bound"
+    assert "validation" in v["text"] and "val_every_images" in v["text"]
+
+
+def test_the_largest_of_several_bottlenecks_wins():
+    phases = make_phases(**BASE, data_wait=45.0, train_step=30.0, validation=25.0)
+    v = verdict(phases, starved_fraction=None, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "data-bound"
+
+
+def test_empty_phases_are_unknown_with_a_reason():
+    v = verdict({}, starved_fraction=None, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "unknown" and "no phase time" in v["text"]
+
+
+def test_no_steady_state_steps_are_unknown():
+    v = verdict(make_phases(define_model=1.0, setup=5.0), starved_fraction=None, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "unknown" and "steady-state" in v["text"]
+
+
+def test_zero_time_is_unknown():
+    phases = {"train_step": {"calls": 0, "wall_s": 0.0, "fraction": 0.0}}
+    assert verdict(phases, starved_fraction=None, gpu_util_mean=None, device_type="cpu")["kind"] == "unknown"
+
+
+def test_thresholds_are_fractions_in_one_place():
+    assert {"data_bound_fraction", "starved_fraction", "gpu_busy_low", "h2d_fraction", "overhead_fraction"} <= set(
+        THRESHOLDS
+    )
+    assert all(0 < v < 1 for v in THRESHOLDS.values())
