@@ -133,3 +133,14 @@ def test_summary_shows_gpu_columns_when_there_are_gpu_numbers():
     assert "6,070 / 6,144 MiB (99%, incl. other processes)" in text
     assert "NVIDIA GeForce RTX 2060" in text
     assert "train_step" in text and "2,548 MiB" in text and "68.2%" in text
+
+
+def test_profile_ops_writes_the_top_operator_table_and_a_trace(tmp_path, tiny_cfg):
+    results = train(tiny_cfg("train_images=20", "val_every_images=1000", "profile=ops"), tmp_path)
+    ops = results["ops"]
+    assert ops["steps"] == 3 and ops["first_step"] == 3  # after the 2 warm-up steps
+    names = [row["name"] for row in ops["top"]]
+    assert any("conv" in name for name in names), names
+    assert all(row["self_cpu_s"] >= 0 for row in ops["top"])
+    assert list((tmp_path / "ops").glob("*.pt.trace.json"))
+    assert "Torch operations over 3 steps" in (tmp_path / "summary.txt").read_text()

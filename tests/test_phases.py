@@ -74,3 +74,31 @@ def test_steady_state_batches_leave_out_the_warmup_steps():
     profiler.intervals["run_training_batch"] = [(3, 4), (4.5, 6), (6.25, 7.25)]
     batches = steady_state_batches(profiler, warmup_steps=1)
     assert batches == {"data_wait": [0.5, 0.25], "train_step": [1.5, 1.0]}
+
+
+def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(monkeypatch):
+    from types import SimpleNamespace
+
+    from segperf.perf.phases import PhaseClock
+
+    ticks = iter(range(100))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=SimpleNamespace(type="cpu")), state=SimpleNamespace(fn="fit")
+    )
+    clock = PhaseClock(warmup_steps=1)
+    batch = ([0, 0, 0, 0], None)
+    clock.on_train_start(trainer, None)  # t=0
+    clock.on_train_batch_start(trainer, None, batch, 0)
+    clock.on_train_batch_end(trainer, None, None, batch, 0)  # warm-up ends: t=1
+    clock.on_validation_start(trainer, None)  # t=2
+    clock.on_validation_batch_end(trainer, None, None, batch, 0)
+    clock.on_validation_end(trainer, None)  # t=3
+    clock.on_train_batch_start(trainer, None, batch, 1)  # pause ends: t=4
+    clock.on_train_batch_end(trainer, None, None, batch, 1)
+    clock.on_train_end(trainer, None)  # t=5
+    assert clock.marks == {"train_start": 0.0, "warmup_end": 1.0, "train_end": 5.0}
+    assert clock.validation == [(2.0, 3.0)]
+    assert clock.pauses == [(2.0, 4.0)]  # validation and whatever followed it before training resumed
+    assert (clock.steps, clock.images, clock.warmup_images, clock.validation_images) == (2, 8, 4, [4])
+    assert clock.device_step_times() == []  # no CUDA events on a CPU

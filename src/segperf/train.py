@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from segperf.config import CONFIG_DIR
 from segperf.model.unet import describe
 from segperf.perf.measure import RunMeasurement
+from segperf.perf.ops_profile import OperatorProfile
 from segperf.perf.results import write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
 from segperf.trainer import build_trainer, precision_notice
@@ -43,7 +44,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     results["axes"] = axis_settings(cfg)
     results["config"] = OmegaConf.to_container(cfg, resolve=True)
     measurement = RunMeasurement(run_dir, cfg.warmup_steps, cfg.perf.sample_interval_s, cfg.perf.measure)
-    datamodule = module = trainer = None
+    datamodule = module = trainer = ops = None
     try:
         with measurement.span("define_model"):
             datamodule = instantiate(cfg.data)
@@ -56,12 +57,16 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             results["notices"].append(notice)
 
         checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0)
+        callbacks = [measurement.clock, checkpoint]
+        if cfg.perf.ops_steps:
+            ops = OperatorProfile(run_dir, steps=cfg.perf.ops_steps, skip_steps=cfg.warmup_steps)
+            callbacks.append(ops)
         logger = measurement.make_logger(run_dir)
         trainer = build_trainer(
             OmegaConf.to_container(cfg.trainer, resolve=True),
             val_every_images=cfg.val_every_images,
             batch_size=cfg.batch_size,
-            callbacks=[measurement.clock, checkpoint],
+            callbacks=callbacks,
             logger=logger,
             profiler=measurement.profiler,
             default_root_dir=run_dir,
@@ -80,6 +85,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise
     finally:
         measurement.finish(results, trainer, module)
+        if ops is not None and ops.result is not None:
+            results["ops"] = ops.result
         finish_results(results, trainer, datamodule)
         write_json_atomic(run_dir / "results.json", results)
         summary = format_run_summary(results)

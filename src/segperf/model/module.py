@@ -69,8 +69,9 @@ class SegmentationModule(L.LightningModule):
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         image, mask = batch
         loss = F.cross_entropy(self(image), mask)
-        # logged as a tensor: no host sync here; Lightning reads it at log/progress-bar time
-        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=image.shape[0])
+        # Logged as a tensor: no host sync here; Lightning reads it every log_every_n_steps. Not on
+        # the progress bar, which would read it (a GPU sync) at every refresh, i.e. every step.
+        self.log("train/loss", loss, on_step=True, batch_size=image.shape[0])
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:

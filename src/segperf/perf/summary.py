@@ -78,6 +78,10 @@ def format_run_summary(results: dict[str, Any]) -> str:
     lines += [RULE, "Per-phase statistics", _phase_table(results)]
     lines += _section("Jitter (per batch, after warm-up)", _jitter_rows(results.get("jitter") or {}))
     lines += _section("Throughput (after warm-up)", _throughput_rows(results))
+    ops = results.get("ops")
+    if ops:
+        title = f"Torch operations over {ops['steps']} steps (from step {ops['first_step']}; incl. profiler overhead)"
+        lines += _section(title, [ops["table"].rstrip(), f"trace: {ops['trace_dir']}"])
     verdict = results.get("verdict") or {}
     lines += _section("Verdict", [verdict.get("text", "n/a")])
     notes = [
