@@ -10,7 +10,13 @@ STAMP  := $(VENV)/.segperf-installed
 
 export NO_ALBUMENTATIONS_UPDATE := 1
 
-.PHONY: setup demo test test-fast lint tensorboard clean
+# the seed study's cumulative ladder: each step adds one optimization to the previous ones
+LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
+LADDER_ARGS ?=
+# the newest training sweep, unless SWEEP=multirun/<date>/<time> is given
+SWEEP       ?= $(lastword $(sort $(wildcard multirun/2*/*)))
+
+.PHONY: setup demo test test-fast lint tensorboard clean ladder report
 
 setup: $(STAMP)
 
@@ -29,6 +35,13 @@ test: setup  ## the whole suite, slow tests included (what CI runs)
 
 test-fast: setup  ## only the fast tests
 	$(BIN)/python -m pytest -m "not slow"
+
+ladder: setup  ## the cumulative ladder as one sweep, then its report (make ladder LADDER_ARGS="+repeat=0,1,2")
+	$(BIN)/python -m segperf.train -m +opt=$(LADDER) $(LADDER_ARGS)
+	$(BIN)/python -m segperf.report $(lastword $(sort $(wildcard multirun/2*/*)))
+
+report: setup  ## report of the newest sweep (or SWEEP=...)
+	$(BIN)/python -m segperf.report $(SWEEP)
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -94,6 +94,22 @@ def test_multirun_sweep_writes_one_named_run_directory_per_job(tmp_path, tiny_ca
     assert combos == {(0, False), (0, True), (available_cores(), False), (available_cores(), True)}
 
 
+def test_a_failing_sweep_job_is_recorded_and_the_sweep_goes_on(tmp_path, tiny_carvana):
+    tiny = [o for o in TINY if not o.startswith("val_images=")]
+    args = ["-m", "val_images=50,4", "+repeat=0", *tiny, f"data.root={tiny_carvana}", "hydra.sweep.dir=sweep"]
+    done = run_cli(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "failed" in done.stdout and "the sweep goes on" in done.stdout
+    by_status = {}
+    for path in (tmp_path / "sweep").glob("*/results.json"):
+        results = json.loads(path.read_text())
+        by_status[results["status"]] = results
+        assert results["config"]["repeat"] == 0
+    assert set(by_status) == {"failed", "completed"}
+    assert "val_images=50" in by_status["failed"]["error"]
+    assert by_status["completed"]["train"]["images"] == 8
+
+
 def test_readme_main_command_trains_the_baseline_on_built_in_data(tmp_path):
     # exactly `python -m segperf.train`: default run size, built-in full-size data generated
     # into an empty cache, outputs under ./outputs/<date>/<time>/

@@ -177,3 +177,19 @@ def test_reduced_precision_on_a_cpu_without_native_support_gets_a_notice():
     assert precision_notice("bf16-mixed", "cpu", avx2_only | {"amx_bf16"}) is None
     assert precision_notice("32-true", "cpu", avx2_only) is None
     assert precision_notice("bf16-mixed", "gpu", avx2_only) is None
+
+
+LADDER = ["0_baseline", "1_prefetch", "2_workers", "3_pin", "4_deconv", "5_channels_last", "6_compile", "7_bf16"]
+
+
+def test_ladder_presets_add_one_optimization_per_step_on_top_of_the_previous():
+    order = ["prefetch", "workers", "pin", "upsample", "memory_format", "compile", "precision"]
+    assert sorted(p.stem for p in (CONFIG_DIR / "opt").glob("*.yaml")) == sorted([*LADDER, "all"])
+    for step, preset in enumerate(LADDER):
+        cfg = compose_config(f"+opt={preset}")
+        for i, group in enumerate(order):
+            option = FAST[group] if i < step else BASELINE[group]
+            key, expected = AXES[group][option]
+            assert select(cfg, key) == expected, (preset, group)
+    last, everything = compose_config("+opt=7_bf16"), compose_config("+opt=all")
+    assert last == everything

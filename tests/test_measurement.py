@@ -66,6 +66,9 @@ def test_resources_jitter_throughput_and_verdict_are_numbers(measured_run):
     assert resources["sampler_overhead_fraction"] < 0.05
     jitter = results["jitter"]
     assert jitter["train_step"]["count"] == results["train"]["steps"] - 2
+    per_batch = jitter["per_batch"]  # every batch kept, warm-up included
+    assert len(per_batch["data_wait_s"]) == len(per_batch["train_step_s"]) == results["train"]["steps"]
+    assert per_batch["warmup_steps"] == 2
     assert jitter["data_wait"]["p99"] >= jitter["data_wait"]["p50"] >= 0
     assert 0 <= jitter["starved"]["fraction"] <= 1
     throughput = results["throughput"]

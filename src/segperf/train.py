@@ -18,6 +18,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
@@ -99,6 +100,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 def reset_global_state() -> None:
     """Sweep jobs share one process (Hydra's basic launcher): drop what an earlier job left."""
     torch._dynamo.reset()  # compiled graphs and their guards
+    torch.set_float32_matmul_precision("highest")  # torch's default; a job may have changed it
+    torch.backends.cudnn.benchmark = False  # Lightning keeps the current value when benchmark=null
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
@@ -155,7 +158,19 @@ def _item(value: Any) -> float | None:
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    train(cfg, Path(HydraConfig.get().runtime.output_dir))
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        train(cfg, run_dir)
+    except Exception as error:
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            raise
+        # One failed job (out of memory, a crashed worker) must not end the sweep: its
+        # results.json already records the error, and the report lists it.
+        print(
+            f"segperf: job {hydra_cfg.job.num} failed ({type(error).__name__}: {error}); "
+            f"recorded in {run_dir / 'results.json'}; the sweep goes on."
+        )
 
 
 if __name__ == "__main__":

@@ -110,6 +110,12 @@ class RunMeasurement:
         results["resources"] = self._resources(trainer)
         batches = steady_state_batches(self.profiler, clock.warmup_steps)
         results["jitter"] = jitter_summary(batches["data_wait"], batches["train_step"])
+        every = steady_state_batches(self.profiler, 0)  # every batch, warm-up included, for later analysis
+        results["jitter"]["per_batch"] = {
+            "warmup_steps": clock.warmup_steps,
+            "data_wait_s": [round(x, 6) for x in every["data_wait"]],
+            "train_step_s": [round(x, 6) for x in every["train_step"]],
+        }
         device_steps = clock.device_step_times()[clock.warmup_steps :]
         if device_steps:
             results["jitter"]["device_step"] = jitter_summary([0.0] * len(device_steps), device_steps)["train_step"]
