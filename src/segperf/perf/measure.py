@@ -76,6 +76,7 @@ class RunMeasurement:
         Safe to call after a failure: sections whose inputs never came into being stay small."""
         run = (self.run_start, time.perf_counter())
         clock = self.clock
+        results["machine"] = machine_info()  # always: the report refuses to mix machines silently
         if not self.enabled:
             validation_s = sum(end - start for start, end in clock.validation)
             results["train"] = train_section(clock, validation_s, run)
@@ -106,7 +107,6 @@ class RunMeasurement:
             "run_wall_s": table.wall_s,
         }
         results["train"] = train_section(clock, table.phases.get("validation", {}).get("wall_s", 0.0), run)
-        results["machine"] = machine_info()
         results["resources"] = self._resources(trainer)
         batches = steady_state_batches(self.profiler, clock.warmup_steps)
         results["jitter"] = jitter_summary(batches["data_wait"], batches["train_step"])

@@ -1,0 +1,233 @@
+"""`python -m segperf.report <sweep dir> [--out DIR]`: a markdown report with charts for a sweep.
+
+It reads only the jobs' results.json files and never runs anything, so it can be re-run any
+time (and on another machine) after a sweep. Configurations are compared by the median over
+their repeats, and a speed-up whose min–max range overlaps the baseline's is marked "~": on a
+busy machine a 5% "gain" between single runs is often noise, and the report should say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from segperf import report_charts as charts
+from segperf.report_charts import fmt_num, speedup_text
+from segperf.sweep import Configuration, Stat, Sweep, SweepError, load_sweep
+
+
+def fmt_pct(fraction: float | None) -> str:
+    return "n/a" if fraction is None else f"{fraction * 100:.1f}%"
+
+
+def fmt_range(stat: Stat, scale: float = 1.0) -> str:
+    """ "2.10 [1.97–2.33]"; a single run says it has no spread rather than showing a fake range."""
+    if stat.median is None:
+        return "n/a"
+    if stat.n == 1:
+        return f"{fmt_num(stat.median * scale)} (1 run, no spread)"
+    return f"{fmt_num(stat.median * scale)} [{fmt_num(stat.min * scale)}–{fmt_num(stat.max * scale)}]"
+
+
+def md_table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """A GitHub-flavoured table padded to column width, so it also reads well in a terminal."""
+    cells = [[h.replace("|", "\\|") for h in row] for row in [headers, *rows]]
+    widths = [max(3, *(len(row[i]) for row in cells)) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = ["-" * (w + 1) + ":" if i in right else "-" * (w + 2) for i, w in enumerate(widths)]
+    return [line(cells[0]), "|" + "|".join(rule) + "|", *(line(r) for r in cells[1:])]
+
+
+def _runs_cell(config: Configuration) -> str:
+    failed = len(config.failed_runs)
+    return f"{len(config.ok_runs)}" + (f" (+{failed} failed)" if failed else "")
+
+
+def _verdict_kind(config: Configuration) -> str:
+    kinds = Counter(k for r in config.ok_runs if (k := r.get("verdict.kind")))
+    return "/".join(kinds) if kinds else ("n/a (measurement off)" if not config.measured else "n/a")
+
+
+def _measured(config: Configuration, text: str) -> str:
+    return text if config.measured else "off"
+
+
+def _machine_ids(sweep: Sweep) -> dict[str, str]:
+    return {m: f"M{i + 1}" for i, m in enumerate(sweep.machines())}
+
+
+def machine_section(sweep: Sweep) -> list[str]:
+    """The hardware the numbers belong to; more than one machine is flagged loudly, because
+    timings from different machines are not comparable."""
+    ids = _machine_ids(sweep)
+    jobs = {m: [r.job for r in sweep.runs if r.machine == m] for m in ids}
+    unknown = [r.job for r in sweep.runs if r.machine is None]
+    lines = ["## Machine", ""]
+    if len(ids) > 1:
+        lines += [
+            f"> **⚠ MIXED MACHINES: these runs come from {len(ids)} different machines.** Timings are not "
+            "comparable across machines; the table's `machine` column says where each configuration ran.",
+            "",
+        ]
+    for m, i in ids.items():
+        lines.append(f"- {f'**{i}** ' if len(ids) > 1 else ''}{m} (jobs {', '.join(map(str, jobs[m]))})")
+    if not ids:
+        lines.append("- not recorded by any run")
+    if unknown and ids:
+        lines.append(f"- not recorded (measurement off or no results) by jobs {', '.join(map(str, unknown))}")
+    return [*lines, ""]
+
+
+def baseline_of(configs: list[Configuration]) -> Configuration | None:
+    """The first configuration with a throughput: by convention sweeps list the baseline first."""
+    return next((c for c in configs if c.stat("train.images_per_s").median is not None), None)
+
+
+def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    ids = _machine_ids(sweep)
+    headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
+    headers += ["p99 data wait ms", "CPU %", "GPU %", "val Dice", "verdict"]
+    rows = []
+    for c in configs:
+        dice = c.stat("quality.val_dice").median
+        p99 = c.stat("jitter.data_wait.p99").median
+        row = [
+            c.label,
+            _runs_cell(c),
+            fmt_range(c.stat("train.images_per_s")),
+            speedup_text(c, baseline, "train.images_per_s"),
+            _measured(c, fmt_pct(c.stat("phases.data_wait.fraction").median)),
+            _measured(c, fmt_pct(c.stat("phases.train_step.fraction").median)),
+            _measured(c, fmt_num(None if p99 is None else p99 * 1000)),
+            _measured(c, fmt_num(c.stat("resources.cpu_mean_percent").median, 2)),
+            _measured(c, fmt_num(c.stat("resources.gpu_util_mean_percent").median, 2)),
+            "n/a" if dice is None else f"{dice:.3f}",
+            _verdict_kind(c),
+        ]
+        if len(ids) > 1:
+            row.append("+".join(dict.fromkeys(ids[r.machine] for r in c.ok_runs if r.machine in ids)) or "n/a")
+        rows.append(row)
+    if len(ids) > 1:
+        headers.append("machine")
+    return md_table(headers, rows, right=set(range(1, 10)))
+
+
+def inference_table(configs: list[Configuration]) -> list[str]:
+    headers = ["configuration", "runs", "end-to-end images/s", "ratio", "model-only images/s", "ratio"]
+    headers += ["agreement vs fp32", "Dice vs fp32"]
+    rows = []
+    for c in configs:
+        row = [c.label, _runs_cell(c)]
+        for path in ("inference.end_to_end_images_per_s", "inference.model_images_per_s"):
+            row += [fmt_range(c.stat(path)), speedup_text(c, configs[0], path)]
+        for path in ("quality.agreement_vs_fp32", "quality.dice_vs_fp32"):
+            v = c.stat(path).median
+            row.append("n/a" if v is None else f"{v:.4f}")
+        rows.append(row)
+    return md_table(headers, rows, right=set(range(1, 8)))
+
+
+def failed_section(sweep: Sweep) -> list[str]:
+    lines = ["## Failed jobs", ""]
+    for r in sweep.failed:
+        error = " ".join(str(r.error).split())
+        lines.append(f"- job {r.job} `{r.name}` ({r.status}): {error[:400]}")
+    return [*lines, *([] if sweep.failed else ["None: every job completed."]), ""]
+
+
+def _verdict_texts(config: Configuration) -> Counter:
+    return Counter(t for r in config.ok_runs if (t := r.get("verdict.text")))
+
+
+def verdict_section(configs: list[Configuration]) -> list[str]:
+    """Each configuration's verdict text; repeats that disagree are all shown with their counts."""
+    lines = ["## Verdicts", ""]
+    for c in configs:
+        texts = _verdict_texts(c)
+        if not texts:
+            why = "measurement off" if not c.measured else ("no completed run" if not c.ok_runs else "none recorded")
+            lines.append(f"- **{c.label}**: no verdict ({why}).")
+        for text, n in texts.items():
+            count = f" ({n} of {len(c.ok_runs)} runs)" if len(texts) > 1 else ""
+            lines.append(f"- **{c.label}**{count}: {text}")
+    return [*lines, ""]
+
+
+def build_report(sweep: Sweep, out_dir: str | Path, charts_too: bool = True) -> Path:
+    """Write report.md and the charts into out_dir; return the report's path. `charts_too=False`
+    writes only the markdown (a quick look from a notebook, or tests of the tables)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train = sweep.configurations("train")
+    infer = sweep.configurations("inference")
+    n_ok = len(sweep.runs) - len(sweep.failed)
+    lines = [f"# Sweep report: {sweep.path.resolve()}", ""]
+    lines += [
+        f"{len(sweep.runs)} jobs ({n_ok} completed, {len(sweep.failed)} failed) in "
+        f"{len(train) + len(infer)} configurations; read from results.json files, nothing was re-run.",
+        "",
+    ]
+    lines += machine_section(sweep)
+    if not n_ok:
+        lines += [
+            f"**No run completed**: none of the {len(sweep.runs)} jobs completed (see Failed jobs), "
+            "so there is nothing to compare.",
+            "",
+        ]
+    if any(c.ok_runs for c in train):
+        baseline = baseline_of(train)
+        lines += ["## Training", ""]
+        lines += training_table(sweep, train, baseline)
+        lines += [
+            "",
+            f"Speed-up: ratio of median images/s to the baseline, `{baseline.label if baseline else 'n/a'}`. "
+            "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
+            "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off.",
+            "",
+        ]
+        if charts_too:
+            made = [
+                ("Training time by phase", charts.time_by_phase(train, out)),
+                ("Training throughput", charts.throughput(train, baseline, out)),
+                ("Validation quality", charts.quality(train, out)),
+                ("Data-wait jitter and utilization", charts.jitter_utilization(train, out)),
+            ]
+            lines += [line for title, path in made for line in (f"![{title}]({path.name})", "")]
+    if any(c.ok_runs for c in infer):
+        lines += ["## Inference", "", *inference_table(infer), ""]
+        if charts_too:
+            lines += [f"![Inference throughput]({charts.inference_throughput(infer, out).name})", ""]
+    lines += failed_section(sweep)
+    lines += verdict_section([c for c in train if c.runs] + [c for c in infer if _verdict_texts(c)])
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m segperf.report",
+        description="Write report.md and charts for a sweep (or one run) from its results.json files.",
+    )
+    parser.add_argument("sweep_dir", type=Path, help="multirun/<date>/<time> folder, or one run's folder")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep folder)")
+    args = parser.parse_args(argv)
+    try:
+        sweep = load_sweep(args.sweep_dir)
+        path = build_report(sweep, args.out or args.sweep_dir)
+    except (SweepError, OSError) as exc:
+        print(f"segperf.report: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(sweep.runs)} jobs, {len(sweep.failed)} failed")
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""Read a finished sweep (or one run) back from its `results.json` files.
+
+The report and notebooks compare configurations, not single runs: repeats of one configuration
+(seeds, `repeat=`) scatter by run-to-run noise, so they are grouped and summarized as a median
+with its [min, max] range, and a difference counts only when the ranges do not overlap. Nothing
+here runs a job; a job that crashed before writing its results is kept as a failed run so that
+a report can name it instead of silently showing fewer repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPEAT_KEYS = {"seed", "repeat"}  # what varies between repeats of one configuration
+_JOB_DIR = re.compile(r"^(\d+)(?:_(.*))?$")  # hydra.sweep.subdir: <job-num>_<override_dirname>
+
+
+class SweepError(Exception):
+    """A sweep that cannot be read at all (missing folder, no runs): a one-line message for users."""
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Median and range over repeats; `n` counts the values that were present (None skipped)."""
+
+    n: int
+    median: float | None
+    min: float | None
+    max: float | None
+
+
+def summarize(values: Any) -> Stat:
+    """Median/min/max ignoring None (a failed or unmeasured repeat must not count as zero)."""
+    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+    if not nums:
+        return Stat(0, None, None, None)
+    return Stat(len(nums), statistics.median(nums), min(nums), max(nums))
+
+
+def distinguishable(a: Stat, b: Stat) -> bool:
+    """False when the [min, max] ranges overlap: the difference is within run-to-run noise.
+
+    With a single run on each side there is no spread to compare, so any difference counts as
+    distinguishable; the report then says "1 run, no spread" so nobody over-reads it."""
+    if a.n == 0 or b.n == 0:
+        return False
+    if a.n == 1 and b.n == 1:
+        return True
+    return not (a.min <= b.max and b.min <= a.max)
+
+
+def get_path(results: dict, dotted: str) -> Any:
+    """`results["a"]["b"]` for "a.b", or None where any level is missing (failed runs lack keys)."""
+    node: Any = results
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def parse_overrides(text: str) -> list[tuple[str, str]]:
+    """Hydra's override_dirname ("a=1,b.c=x") as pairs; commas inside brackets or escaped stay."""
+    items, buf, depth, escaped = [], "", 0, False
+    for ch in text:
+        if escaped:
+            buf, escaped = buf + ch, False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "," and depth == 0:
+            items.append(buf)
+            buf = ""
+        else:
+            depth += (ch in "[{(") - (ch in "]})")
+            buf += ch
+    items.append(buf)
+    return [tuple(item.split("=", 1)) for item in items if "=" in item]
+
+
+def _bare(key: str) -> str:
+    return key.lstrip("+~")
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+
+
+def describe_machine(machine: dict | None) -> str | None:
+    """One line naming host, CPU, GPUs and torch: what makes timings comparable or not."""
+    if not isinstance(machine, dict) or not machine:
+        return None
+    cores, threads = machine.get("cpu_cores"), machine.get("cpu_threads")
+    cpu = f"{machine.get('cpu_model') or 'unknown CPU'} ({cores or '?'} cores"
+    cpu += f", {threads} threads)" if threads and threads != cores else ")"
+    gpus = Counter(
+        f"{g.get('name', 'GPU')}" + (f" {g['memory_mib'] / 1024:.0f} GiB" if g.get("memory_mib") else "")
+        for g in machine.get("gpus") or []
+    )
+    gpu = ", ".join(f"{n}x {name}" if n > 1 else name for name, n in gpus.items()) or "no GPU"
+    return f"{machine.get('hostname') or 'unknown host'}: {cpu}, {gpu}, torch {machine.get('torch') or '?'}"
+
+
+@dataclass
+class Run:
+    """One job of a sweep: its results (empty when it crashed before writing them)."""
+
+    path: Path
+    job: int
+    name: str
+    status: str
+    error: str | None
+    results: dict
+    config_key: tuple
+    label: str = "run"
+    overrides: tuple = ()  # (key, value) pairs from the dir name, seed/repeat removed
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def kind(self) -> str:
+        return self.results.get("kind") or "train"
+
+    @property
+    def repeat(self) -> Any:
+        config = self.results.get("config") or {}
+        return config.get("repeat", config.get("seed"))
+
+    @property
+    def machine(self) -> str | None:
+        return describe_machine(self.results.get("machine"))
+
+    def get(self, dotted: str) -> Any:
+        return get_path(self.results, dotted)
+
+
+def read_run(path: Path, job: int) -> Run:
+    """A Run from a run dir; a missing or corrupt results.json makes a failed run saying why."""
+    results, error = {}, None
+    try:
+        results = json.loads((path / "results.json").read_text())
+        if not isinstance(results, dict):
+            results, error = {}, "results.json is not a JSON object"
+    except FileNotFoundError:
+        error = "no results.json"
+    except (OSError, ValueError) as exc:
+        error = f"corrupt results.json: {exc}"
+    status = results.get("status") or ("failed" if error or results.get("error") else "completed")
+    if status != "completed":
+        error = error or results.get("error") or status
+    match = _JOB_DIR.match(path.name)
+    overrides = tuple((k, v) for k, v in parse_overrides((match and match[2]) or "") if _bare(k) not in REPEAT_KEYS)
+    axes = results.get("axes") if isinstance(results.get("axes"), dict) else {}
+    key = tuple((k, _hashable(v)) for k, v in axes.items()) + overrides
+    job = int(match[1]) if match else job
+    return Run(path, job, path.name, status, error, results, key, overrides=overrides)
+
+
+@dataclass
+class Configuration:
+    """The repeats of one setting; statistics use only the completed ones."""
+
+    label: str
+    key: tuple
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def ok_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def failed_runs(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+    def values(self, path: str) -> list[Any]:
+        return [r.get(path) for r in self.ok_runs]
+
+    def stat(self, path: str) -> Stat:
+        """Median/min/max of a dotted results path ("train.images_per_s") over completed repeats."""
+        return summarize(self.values(path))
+
+    @property
+    def measured(self) -> bool:
+        """False when every completed repeat ran with the measurement off (no phases/jitter)."""
+        return not self.ok_runs or any(r.results.get("measurement") != "off" for r in self.ok_runs)
+
+
+@dataclass
+class Sweep:
+    """All jobs of a sweep in job order, failed ones included (the report must name them)."""
+
+    path: Path
+    runs: list[Run]
+
+    @property
+    def failed(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+    def machines(self) -> list[str]:
+        """Distinct machine descriptions in job order (runs that recorded none are left out)."""
+        return list(dict.fromkeys(m for r in self.runs if (m := r.machine)))
+
+    def configurations(self, kind: str | None = None) -> list[Configuration]:
+        """Repeats grouped by config_key, in first-job order. `kind` ("train"/"inference") filters.
+
+        A run without axes (it crashed early) joins the one configuration whose dir-name
+        overrides match, so a failed repeat shows up next to its siblings."""
+        runs = [r for r in self.runs if kind is None or r.kind == kind]
+        groups: dict[tuple, list[Run]] = {}
+        for run in runs:
+            if run.results.get("axes"):
+                groups.setdefault(run.config_key, []).append(run)
+        for run in runs:
+            if not run.results.get("axes"):
+                same = [k for k, rs in groups.items() if rs[0].overrides == run.overrides]
+                groups.setdefault(same[0] if len(same) == 1 else run.config_key, []).append(run)
+        configs = []
+        for key, group in sorted(groups.items(), key=lambda kv: min(r.job for r in kv[1])):
+            group.sort(key=lambda r: r.job)
+            first = next((r for r in group if r.results.get("axes")), group[0])
+            configs.append(Configuration(first.label, key, group))
+        _disambiguate(configs)
+        return configs
+
+
+def _disambiguate(configs: list[Configuration]) -> None:
+    """Configurations that share a label (e.g. workers=auto resolving differently) get their axes."""
+    for label, n in Counter(c.label for c in configs).items():
+        if n < 2:
+            continue
+        same = [c for c in configs if c.label == label]
+        varying = {k for k, _ in same[0].key if len({dict(c.key).get(k) for c in same}) > 1}
+        for c in same:
+            extra = ", ".join(f"{k}={v}" for k, v in c.key if k in varying)
+            c.label = f"{label} ({extra})" if extra else label
+
+
+def _label_runs(runs: list[Run]) -> None:
+    """Label = the overrides that vary across the sweep (constant ones say nothing), else the
+    varying axes, else "run"."""
+    values: dict[str, set] = {}
+    for run in runs:
+        for k, v in run.overrides:
+            values.setdefault(k, set()).add(v)
+    varying = {k for k, vs in values.items() if len(vs) > 1 or any(k not in dict(r.overrides) for r in runs)}
+    axes = [r.results.get("axes") or {} for r in runs if r.results.get("axes")]
+    varying_axes = [k for k in (axes[0] if axes else {}) if len({_hashable(a.get(k)) for a in axes}) > 1]
+    for run in runs:
+        label = ", ".join(f"{k}={v}" for k, v in run.overrides if k in varying)
+        if not label and run.results.get("axes"):
+            label = ", ".join(f"{k}={run.results['axes'].get(k)}" for k in varying_axes)
+        run.label = label or "run"
+
+
+def load_sweep(sweep_dir: str | Path) -> Sweep:
+    """Every `*/results.json` directly below `sweep_dir` (job dirs without one count as failed),
+    or the single run when `sweep_dir` itself holds a results.json."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        raise SweepError(f"{root} is not a directory")
+    if (root / "results.json").exists():
+        runs = [read_run(root, 0)]
+    else:
+        dirs = [
+            d
+            for d in root.iterdir()
+            if d.is_dir() and ((d / "results.json").exists() or _JOB_DIR.match(d.name) or (d / ".hydra").is_dir())
+        ]
+        numbered = [int(m[1]) for d in dirs if (m := _JOB_DIR.match(d.name))]
+        dirs.sort(key=lambda d: (int(m[1]) if (m := _JOB_DIR.match(d.name)) else 1 << 62, d.name))
+        runs = [read_run(d, max(numbered, default=-1) + 1 + i) for i, d in enumerate(dirs)]
+    if not runs:
+        raise SweepError(f"no runs in {root}: expected <job>/results.json below it or a results.json in it")
+    runs.sort(key=lambda r: r.job)
+    _label_runs(runs)
+    return Sweep(root, runs)
