@@ -84,6 +84,8 @@ def test_tensorboard_gets_phase_and_resource_scalars_jitter_histograms_and_hpara
     events = EventAccumulator(str(run_dir), size_guidance={"histograms": 0, "scalars": 0}).Reload()
     scalars = set(events.Tags()["scalars"])
     assert {"phases/train_step_s", "phases/data_wait_fraction", "resources/cpu_percent"} <= scalars
+    # the HParams table's metrics: a sweep's runs compare side by side
+    assert {"hp/images_per_s", "hp/val_dice", "hp/data_wait_fraction"} <= scalars
     assert {"jitter/data_wait", "jitter/train_step"} <= set(events.Tags()["histograms"])
     hparams = events.PluginTagToContent("hparams")
     assert hparams, "no HParams summary"

@@ -145,6 +145,7 @@ def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
         "hp/images_per_s": results["train"].get("images_per_s"),
         "hp/val_dice": results["quality"].get("val_dice"),
         "hp/val_pixel_accuracy": results["quality"].get("val_pixel_accuracy"),
+        "hp/data_wait_fraction": (results.get("phases") or {}).get("data_wait", {}).get("fraction"),
     }
     params = {k: str(v) if v is None else v for k, v in results["axes"].items()}
     for logger in trainer.loggers:
