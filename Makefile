@@ -13,6 +13,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 # the seed study's cumulative ladder: each step adds one optimization to the previous ones
 LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
 LADDER_ARGS ?=
+LADDER_DIR  ?= multirun/$(shell date +%Y-%m-%d)/ladder-$(shell date +%H-%M-%S)
 # the newest training sweep, unless SWEEP=multirun/<date>/<time> is given
 SWEEP       ?= $(lastword $(sort $(wildcard multirun/2*/*)))
 
@@ -24,7 +25,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(firstword $(TORCH))" $(wordlist 2,99,$(TORCH))
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,onnx]"
 	touch $@
 
 demo: setup  ## the main job: a baseline training run on the built-in data
@@ -37,8 +38,8 @@ test-fast: setup  ## only the fast tests
 	$(BIN)/python -m pytest -m "not slow"
 
 ladder: setup  ## the cumulative ladder as one sweep, then its report (make ladder LADDER_ARGS="+repeat=0,1,2")
-	$(BIN)/python -m segperf.train -m +opt=$(LADDER) $(LADDER_ARGS)
-	$(BIN)/python -m segperf.report $(lastword $(sort $(wildcard multirun/2*/*)))
+	$(BIN)/python -m segperf.train -m +opt=$(LADDER) hydra.sweep.dir=$(LADDER_DIR) $(LADDER_ARGS)
+	$(BIN)/python -m segperf.report $(LADDER_DIR)
 
 report: setup  ## report of the newest sweep (or SWEEP=...)
 	$(BIN)/python -m segperf.report $(SWEEP)

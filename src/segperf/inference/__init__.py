@@ -1,0 +1,6 @@
+"""Inference benchmark pieces behind `python -m segperf.infer`: safe checkpoint loading and weight
+dtypes (checkpoint), the timed loops and prediction quality (benchmark), ONNX Runtime (onnx_export)."""
+
+from segperf.inference.checkpoint import InferenceError, load_net, resolve_source, weights_dtype
+
+__all__ = ["InferenceError", "load_net", "resolve_source", "weights_dtype"]

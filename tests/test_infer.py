@@ -1,0 +1,201 @@
+"""The inference benchmark on a tiny trained checkpoint: counts and rates, what reduced weight
+precision does to the predictions, safe loading, ONNX Runtime, and the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+import segperf.infer as infer_module
+from segperf.config import CONFIG_DIR
+from segperf.infer import infer
+from segperf.inference import InferenceError, benchmark, load_net
+from segperf.train import train
+from tests.conftest import TINY, compose_config
+
+# reduced-precision weights must keep this share of fp32's pixel predictions
+MIN_AGREEMENT = 0.98
+SMALL = ["val_images=2", "batch_size=2", "warmup_batches=0"]
+# bf16/fp16 run emulated (~10x slower than fp32) on CPUs without native support: a quarter of the pixels
+QUARTER_SIZE = ["data.height=32", "data.width=48"]
+
+
+def infer_config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="infer", overrides=list(overrides))
+
+
+def run(out_dir, *overrides: str, keep=frozenset()):
+    return infer(infer_config(*overrides), out_dir, keep=keep)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_carvana):
+    """A training run dir with checkpoints/last.ckpt (64x96 images, 8 training images)."""
+    run_dir = tmp_path_factory.mktemp("train_run")
+    results = train(compose_config(*TINY, f"data.root={tiny_carvana}"), run_dir)
+    assert results["status"] == "completed"
+    return run_dir
+
+
+class Payload:
+    """Pickles as a call to os.mkdir: loading it unsafely would create `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_infer_writes_counts_rates_and_the_training_runs_quality(tiny_run, tmp_path):
+    returned = run(tmp_path, f"run_dir={tiny_run}", "val_images=4", "warmup_batches=1")
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results == json.loads(json.dumps(returned))
+    assert (results["kind"], results["status"]) == ("inference", "completed")
+    inference = results["inference"]
+    assert inference["images"] == 4 == results["dataset"]["val_images_used"]
+    assert inference["end_to_end_images_per_s"] > 0 and inference["model_images_per_s"] > 0
+    assert (inference["weights_dtype"], inference["device"], inference["warmup_batches"]) == ("float32", "cpu", 1)
+    assert inference["load_s"] > 0 and inference["checkpoint"].endswith("last.ckpt")
+    # the run's image size and data, not infer.yaml's 256x384 defaults
+    assert (results["config"]["data"]["height"], results["config"]["data"]["width"]) == (64, 96)
+    assert results["axes"] == {
+        "workers": 0,
+        "prefetch": None,
+        "pin": False,
+        "memory_format": "nchw",
+        "compile": False,
+        "precision": "32-true",
+        "runtime": "torch",
+        "batch_size": 4,
+    }
+    # the same 4 validation images training scored at its end, so the same accuracy
+    trained = json.loads((tiny_run / "results.json").read_text())["quality"]
+    quality = results["quality"]
+    assert quality["val_pixel_accuracy"] == pytest.approx(trained["val_pixel_accuracy"], abs=1e-4)
+    assert quality["val_dice"] == pytest.approx(trained["val_dice"], abs=1e-4)
+    assert (quality["agreement_vs_fp32"], quality["dice_vs_fp32"]) == (1.0, 1.0)
+    assert results["notices"] == [] and results["adjusted"] == {}
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_reduced_weight_precision_keeps_the_fp32_predictions(tiny_run, tmp_path, precision, dtype):
+    keep = {"data.height", "data.width"}
+    results = run(tmp_path, f"run_dir={tiny_run}", f"precision={precision}", *SMALL, *QUARTER_SIZE, keep=keep)
+    assert results["status"] == "completed" and results["inference"]["images"] == 2
+    if "precision" in results["adjusted"]:  # this CPU's torch cannot run the dtype: said, not silent
+        assert results["inference"]["weights_dtype"] == "float32"
+        assert any("fp32" in notice for notice in results["notices"])
+    else:
+        assert results["inference"]["weights_dtype"] == dtype
+        assert results["quality"]["agreement_vs_fp32"] >= MIN_AGREEMENT
+
+
+def test_a_dtype_the_device_cannot_run_falls_back_to_fp32_with_a_notice(tiny_run, tmp_path, monkeypatch):
+    monkeypatch.setattr(infer_module, "probe_dtype", lambda *args: "no float16 conv kernel")
+    results = run(tmp_path, f"run_dir={tiny_run}", "precision=fp16", *SMALL)
+    assert results["adjusted"]["precision"] == {
+        "requested": "16-mixed",
+        "used": "32-true",
+        "why": "no float16 conv kernel",
+    }
+    assert results["inference"]["weights_dtype"] == "float32"
+    assert len(results["notices"]) == 1 and "fp32" in results["notices"][0]
+    assert results["axes"]["precision"] == "16-mixed"  # what was asked; `adjusted` says what ran
+
+
+def test_dice_is_averaged_over_images_and_skips_images_without_a_car():
+    pred = [torch.tensor([[[1, 1, 0, 0]], [[0, 0, 0, 0]], [[1, 0, 0, 0]]])]
+    true = [torch.tensor([[[1, 0, 0, 0]], [[0, 0, 0, 0]], [[0, 1, 0, 0]]])]
+    assert benchmark.dice(pred, true, num_classes=2) == pytest.approx((2 / 3 + 0.0) / 2)
+    assert benchmark.dice(true, true, num_classes=2) == 1.0
+    assert benchmark.pixel_agreement(pred, true) == pytest.approx(9 / 12)
+    nothing = [torch.zeros(2, 1, 4, dtype=torch.long)]
+    assert benchmark.dice(nothing, nothing, num_classes=2) == 1.0  # both say "no car"
+
+
+def test_a_checkpoint_with_a_pickled_object_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "code_ran"
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "net_config": {}, "payload": Payload(marker)}, path)
+    with pytest.raises(InferenceError, match="weights_only=True") as error:
+        load_net(path)
+    assert str(path) in str(error.value)
+    assert not marker.exists()
+
+    out = tmp_path / "out"
+    with pytest.raises(InferenceError, match="refusing to load"):
+        run(out, f"ckpt={path}")
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "failed" and str(path) in results["error"]
+
+
+def test_missing_and_foreign_checkpoints_are_named_in_the_error(tmp_path):
+    missing = tmp_path / "nowhere" / "last.ckpt"
+    with pytest.raises(InferenceError, match="checkpoint not found") as error:
+        run(tmp_path / "a", f"ckpt={missing}")
+    assert str(missing) in str(error.value)
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["status"] == "failed"
+
+    foreign = tmp_path / "weights.pt"
+    torch.save({"conv.weight": torch.zeros(1)}, foreign)
+    with pytest.raises(InferenceError, match="not a segperf checkpoint") as error:
+        load_net(foreign)
+    assert str(foreign) in str(error.value)
+    with pytest.raises(InferenceError, match="ckpt=.*run_dir="):
+        run(tmp_path / "b")
+
+
+def test_onnxruntime_exports_the_model_and_agrees_with_torch(tiny_run, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    results = run(tmp_path, f"run_dir={tiny_run}", "runtime=onnxruntime", *SMALL)
+    assert results["status"] == "completed"
+    assert (tmp_path / "model.onnx").is_file() and results["onnx"]["path"] == str(tmp_path / "model.onnx")
+    assert results["onnx"]["agreement"] >= 0.99 and results["onnx"]["max_abs_diff"] < 1e-3
+    assert "CPUExecutionProvider" in results["onnx"]["providers"]
+    assert results["quality"]["agreement_vs_fp32"] >= 0.99
+    assert results["inference"]["images"] == 2 and results["inference"]["model_images_per_s"] > 0
+
+
+def test_onnxruntime_missing_says_how_to_install_it(tiny_run, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    with pytest.raises(InferenceError, match=r"pip install -e \.\[onnx\]"):
+        run(tmp_path, f"run_dir={tiny_run}", "runtime=onnxruntime", *SMALL)
+
+
+def cli(args: list[str], cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
+    command = [sys.executable, "-m", "segperf.infer", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_infer_command_and_a_precision_sweep(tiny_run, tmp_path):
+    done = cli([f"run_dir={tiny_run}", "hydra.run.dir=one", "val_images=4", "warmup_batches=1"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "one" / "results.json").read_text())
+    assert results["status"] == "completed" and results["inference"]["images"] == 4
+    assert "end-to-end" in done.stdout and "model-only" in done.stdout
+
+    sweep = ["-m", f"run_dir={tiny_run}", "precision=fp32,bf16", "hydra.sweep.dir=sweep", *SMALL, *QUARTER_SIZE]
+    done = cli(sweep, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = sorted((tmp_path / "sweep").glob("*/results.json"))
+    assert len(runs) == 2
+    jobs = [json.loads(p.read_text()) for p in runs]
+    assert [j["axes"]["precision"] for j in jobs] == ["32-true", "bf16-mixed"]
+    # the command line's size wins over the training run's 64x96
+    assert all((j["config"]["data"]["height"], j["status"]) == (32, "completed") for j in jobs)
+
+    done = cli(["ckpt=missing.ckpt", "hydra.run.dir=bad"], tmp_path)
+    assert done.returncode != 0
+    expected = f"segperf.infer: error: checkpoint not found: {tmp_path / 'missing.ckpt'}"
+    assert done.stderr.strip().splitlines()[-1] == expected
