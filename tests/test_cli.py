@@ -3,6 +3,7 @@
 import json
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -92,6 +93,19 @@ def test_multirun_sweep_writes_one_named_run_directory_per_job(tmp_path, tiny_ca
         config = json.loads((run / "results.json").read_text())["config"]
         combos.add((config["data"]["num_workers"], config["data"]["pin_memory"]))
     assert combos == {(0, False), (0, True), (available_cores(), False), (available_cores(), True)}
+
+    # the report of that sweep: one table row per combination, a PNG per chart
+    shown = subprocess.run(
+        [sys.executable, "-m", "segperf.report", "sweep"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert shown.returncode == 0, shown.stderr
+    report = tmp_path / "sweep" / "report.md"
+    assert shown.stdout.strip().splitlines()[-1] == "sweep/report.md"  # the path, last, as given
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| ") and "workers=" in line]
+    assert len(rows) == 4
+    assert sum("workers=auto" in row and "pin=on" in row for row in rows) == 1
+    charts = list((tmp_path / "sweep").glob("*.png"))
+    assert len(charts) >= 4 and all(png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for png in charts)
 
 
 def test_a_failing_sweep_job_is_recorded_and_the_sweep_goes_on(tmp_path, tiny_carvana):
