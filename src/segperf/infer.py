@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from segperf.inference.checkpoint import (
     resolve_source,
     weights_dtype,
 )
-from segperf.perf.results import write_json_atomic
+from segperf.perf.results import record_failure, write_json_atomic
 from segperf.trainer import precision_notice
 
 # what a training run's config decides about the data, adopted with run_dir unless given explicitly
@@ -102,9 +101,7 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         results["quality"] = benchmark.quality(m, fp32_preds, reference.config["num_classes"])
         results["status"] = "completed"
     except BaseException as error:
-        results["status"] = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-        results["error"] = f"{type(error).__name__}: {error}"
-        results["traceback"] = traceback.format_exc()
+        record_failure(results, error)
         raise
     finally:
         if results["config"] is None:

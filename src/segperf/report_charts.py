@@ -13,20 +13,10 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from segperf.perf.phase_names import PHASE_ORDER
 from segperf.sweep import Configuration, distinguishable
 
-PHASES = [
-    "define_model",
-    "setup",
-    "warmup",
-    "data_wait",
-    "batch_to_device",
-    "train_step",
-    "validation",
-    "logging",
-    "checkpoint",
-    "teardown",
-]
+PHASES = list(PHASE_ORDER)
 # one fixed colour per phase, so the same phase looks the same in every report
 PHASE_COLORS = dict(zip(PHASES, [f"C{i}" for i in range(10)], strict=True)) | {"unaccounted": "0.75"}
 EXTRA_COLORS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]  # phases added later

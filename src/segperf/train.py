@@ -7,7 +7,6 @@ validation if the schedule did not end on one; results.json and summary.txt in t
 from __future__ import annotations
 
 import os
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from segperf.config import CONFIG_DIR
 from segperf.model.unet import describe
 from segperf.perf.measure import RunMeasurement
 from segperf.perf.ops_profile import OperatorProfile
-from segperf.perf.results import write_json_atomic, write_text_atomic
+from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
 from segperf.trainer import build_trainer, precision_notice
 
@@ -80,9 +79,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                 trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
         results["status"] = "interrupted" if trainer.interrupted else "completed"
     except BaseException as error:
-        results["status"] = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-        results["error"] = f"{type(error).__name__}: {error}"
-        results["traceback"] = traceback.format_exc()
+        record_failure(results, error)
         raise
     finally:
         measurement.finish(results, trainer, module)

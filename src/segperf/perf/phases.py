@@ -25,23 +25,9 @@ import lightning as L
 import torch
 from lightning.pytorch.profilers import SimpleProfiler
 
-Interval = tuple[float, float]
+from segperf.perf.phase_names import PHASE_ORDER, PHASES  # noqa: F401  (re-exported)
 
-# Phase names, highest priority first: where records overlap, an instant belongs to the first
-# phase that covers it. Validation and checkpointing win over everything inside them; the
-# warm-up window wins over the per-batch records of the steps it contains.
-PHASES = (
-    "checkpoint",
-    "validation",
-    "warmup",
-    "data_wait",
-    "batch_to_device",
-    "train_step",
-    "logging",
-    "define_model",
-    "setup",
-    "teardown",
-)
+Interval = tuple[float, float]
 
 # Lightning profiler action -> phase (exact names, then prefixes for callback hooks).
 ACTION_PHASES = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +33,11 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def record_failure(results: dict[str, Any], error: BaseException) -> None:
+    """Status, one-line error and traceback of a run that ended by an exception (Ctrl-C counts as
+    interrupted), so that results.json says what happened even when the run did not finish."""
+    results["status"] = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+    results["error"] = f"{type(error).__name__}: {error}"
+    results["traceback"] = traceback.format_exc()

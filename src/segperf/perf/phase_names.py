@@ -1,0 +1,32 @@
+"""The phase names of a run, shared by the measurement and the (torch-free) report."""
+
+# Phase names, highest priority first: where records overlap, an instant belongs to the first
+# phase that covers it. Validation and checkpointing win over everything inside them; the
+# warm-up window wins over the per-batch records of the steps it contains.
+PHASES = (
+    "checkpoint",
+    "validation",
+    "warmup",
+    "data_wait",
+    "batch_to_device",
+    "train_step",
+    "logging",
+    "define_model",
+    "setup",
+    "teardown",
+)
+
+# The same phases in the order they happen in a run: how tables and charts list them.
+PHASE_ORDER = (
+    "define_model",
+    "setup",
+    "warmup",
+    "data_wait",
+    "batch_to_device",
+    "train_step",
+    "validation",
+    "logging",
+    "checkpoint",
+    "teardown",
+)
+assert set(PHASE_ORDER) == set(PHASES)
