@@ -37,6 +37,7 @@ def test_run_writes_results_json_with_the_counts_of_the_run(baseline_run):
         "val_images": 16,
         "train_cars": 4,
         "val_cars": 1,
+        "skipped": [],
     }
     train = results["train"]
     assert (train["images"], train["steps"]) == (12, 3)

@@ -9,6 +9,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, RandomSampler, Subset
 
+from segperf.data.checks import apply_policy, check_samples
 from segperf.data.dataset import CarvanaDataset
 from segperf.data.layout import Split, find_samples, split_by_car
 from segperf.data.prefetch import ThreadPrefetchLoader
@@ -43,6 +44,7 @@ class CarvanaDataModule(L.LightningDataModule):
         prefetch_factor: int | None = None,
         pin_memory: bool = False,
         persistent_workers: bool = True,
+        on_bad_sample: str = "raise",
         synthetic: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -67,6 +69,10 @@ class CarvanaDataModule(L.LightningDataModule):
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
         self.synthetic = dict(synthetic or {})
+        if on_bad_sample not in ("raise", "skip"):
+            raise ValueError(f"data.on_bad_sample={on_bad_sample!r}: use 'raise' (stop, listing the files) or 'skip'")
+        self.on_bad_sample = on_bad_sample
+        self.skipped: list[dict[str, str]] = []
         self.split: Split | None = None
 
     # -- where the data is ------------------------------------------------------------------
@@ -85,7 +91,16 @@ class CarvanaDataModule(L.LightningDataModule):
         if self.split is not None:
             return
         root = self.resolve_root()
-        split = split_by_car(find_samples(root), self.holdout_frac)
+        samples = find_samples(root)
+        # headers, sizes and JPEG end markers of every file, before any work (~1 s for 5,088 images)
+        report = check_samples(samples)
+        samples, self.skipped = apply_policy(samples, report, self.on_bad_sample)
+        print(
+            f"Checked {report.checked:,} samples in {report.seconds:.1f} s: {len(report.bad)} bad"
+            + (" (skipped, data.on_bad_sample=skip)" if self.skipped else "")
+            + "."
+        )
+        split = split_by_car(samples, self.holdout_frac)
         if not split.train:
             raise ValueError(f"data.holdout_frac={self.holdout_frac} leaves no training cars in {root}")
         if self.val_images > len(split.val):
@@ -103,7 +118,12 @@ class CarvanaDataModule(L.LightningDataModule):
     def summary(self) -> dict[str, Any]:
         """The `dataset` section of results.json."""
         assert self.split is not None, "call setup() first"
-        return {"root": str(self.resolved_root), "synthetic": self.root is None, **self.split.summary()}
+        return {
+            "root": str(self.resolved_root),
+            "synthetic": self.root is None,
+            **self.split.summary(),
+            "skipped": list(self.skipped),
+        }
 
     # -- loaders ----------------------------------------------------------------------------
     def _loader(self, dataset, sampler=None):
