@@ -135,7 +135,8 @@ def test_summary_shows_gpu_columns_when_there_are_gpu_numbers():
     text = format_run_summary(results)
     assert "126% of 1,200% (1.3 of 12 cores busy)" in text
     assert "80%/90%/100%" in text
-    assert "6,070 / 6,144 MiB (99%, incl. other processes)" in text
+    assert "6,070 / 6,144 MiB (99%), incl. other processes" in text
+    assert "1,896 / 15,932 MiB (12%)" in text  # peak RSS against the RAM, as the seed prints it
     assert "NVIDIA GeForce RTX 2060" in text
     assert "train_step" in text and "2,548 MiB" in text and "68.2%" in text
 

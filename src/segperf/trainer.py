@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
-
-
-def steps_for(train_images: int, batch_size: int) -> int:
-    return math.ceil(train_images / batch_size)
 
 
 def validation_interval(val_every_images: int, batch_size: int) -> int:

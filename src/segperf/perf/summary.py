@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from segperf.perf.machine import format_header
-from segperf.perf.resources import format_mib, format_percent_of_cores
+from segperf.perf.machine import format_header, format_mib, format_percent_of_cores, format_usage
 
 WIDTH = 92
 RULE, LINE = "=" * WIDTH, "-" * WIDTH
@@ -37,11 +36,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
     cores = machine.get("cpu_available") or machine.get("cpu_threads") or 1
     ram_mib = machine.get("ram_mib")
     rss = res.get("rss_peak_bytes")
-    rss_text = (
-        "n/a"
-        if rss is None
-        else f"{_mib(rss)}" + (f" / {ram_mib:,.0f} MiB ({rss / 2**20 / ram_mib:.0%})" if ram_mib else "")
-    )
+    rss_text = format_usage(rss, ram_mib * 2**20 if ram_mib else None) if ram_mib else _mib(rss)
     gpu_util = (
         "n/a"
         if res.get("gpu_util_p50") is None
@@ -97,13 +92,10 @@ def format_run_summary(results: dict[str, Any]) -> str:
 
 
 def _gpu_memory(peak: int | None, machine: dict[str, Any]) -> str:
-    if peak is None:
-        return "n/a"
     gpus = machine.get("gpus") or []
-    total = gpus[0].get("memory_mib") if gpus else None
-    if not total:
-        return f"{_mib(peak)} (incl. other processes)"
-    return f"{peak / 2**20:,.0f} / {total:,.0f} MiB ({peak / 2**20 / total:.0%}, incl. other processes)"
+    total_mib = gpus[0].get("memory_mib") if gpus else None
+    used = format_usage(peak, total_mib * 2**20) if total_mib else _mib(peak)
+    return used if peak is None else f"{used}, incl. other processes"
 
 
 def _phase_table(results: dict[str, Any]) -> str:
