@@ -68,60 +68,51 @@ def _starts_but_not_ends(path: Path, size: int, magic: bytes, end: bytes) -> boo
         return False
 
 
-def _check_image(path: Path) -> tuple[str | None, tuple[int, int] | None]:
-    """(reason or None, size or None) of one JPEG, from its header and its last bytes only."""
+@dataclass(frozen=True)
+class FileKind:
+    """What one kind of file must look like, and how its problems are worded."""
+
+    noun: str  # "image" / "mask"
+    format: str  # PIL's format name
+    magic: bytes  # first bytes
+    end: bytes  # end marker: missing means the file was cut off
+    truncated: str  # reason text, without the closing parenthesis
+    wrong_format: str  # reason text before "(PIL reads it as ...)"
+
+
+JPEG_IMAGE = FileKind("image", "JPEG", JPEG_SOI, JPEG_EOI, "truncated JPEG (no end-of-image marker", "not a JPEG")
+GIF_MASK = FileKind("mask", "GIF", GIF_MAGIC, GIF_TRAILER, "truncated GIF mask (no trailer byte", "mask is not a GIF")
+
+
+def _check_file(path: Path, kind: FileKind) -> tuple[str | None, tuple[int, int] | None]:
+    """(reason or None, size or None) of one file, from its header and its last bytes only."""
     try:
         size = os.path.getsize(path)
     except OSError as error:
-        return f"unreadable image ({error.strerror or error})", None
+        return f"unreadable {kind.noun} ({error.strerror or error})", None
     if size == 0:
         return "empty file (0 bytes)", None
     try:
         with Image.open(path) as im:
             fmt, dims = im.format, im.size
     except Exception as error:  # PIL raises UnidentifiedImageError, SyntaxError, struct.error, ...
-        if _starts_but_not_ends(path, size, JPEG_SOI, JPEG_EOI):
-            return "truncated JPEG (no end-of-image marker; header unreadable)", None
-        return f"unreadable or corrupt image ({type(error).__name__}: {error})", None
-    if fmt != "JPEG":
-        return f"not a JPEG (PIL reads it as {fmt})", None
+        if _starts_but_not_ends(path, size, kind.magic, kind.end):
+            return f"{kind.truncated}; header unreadable)", None
+        return f"unreadable or corrupt {kind.noun} ({type(error).__name__}: {error})", None
+    if fmt != kind.format:
+        return f"{kind.wrong_format} (PIL reads it as {fmt})", None
     try:
-        if not _tail(path, size).endswith(JPEG_EOI):
-            return "truncated JPEG (no end-of-image marker)", dims
+        if not _tail(path, size).endswith(kind.end):
+            return f"{kind.truncated})", dims
     except OSError as error:
-        return f"unreadable image ({error.strerror or error})", None
-    return None, dims
-
-
-def _check_mask(path: Path) -> tuple[str | None, tuple[int, int] | None]:
-    """(reason or None, size or None) of one GIF mask, from its header and its last bytes only."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as error:
-        return f"unreadable mask ({error.strerror or error})", None
-    if size == 0:
-        return "empty file (0 bytes)", None
-    try:
-        with Image.open(path) as im:
-            fmt, dims = im.format, im.size
-    except Exception as error:
-        if _starts_but_not_ends(path, size, GIF_MAGIC, GIF_TRAILER):
-            return "truncated GIF mask (no trailer byte; header unreadable)", None
-        return f"unreadable or corrupt mask ({type(error).__name__}: {error})", None
-    if fmt != "GIF":
-        return f"mask is not a GIF (PIL reads it as {fmt})", None
-    try:
-        if not _tail(path, size).endswith(GIF_TRAILER):
-            return "truncated GIF mask (no trailer byte)", dims
-    except OSError as error:
-        return f"unreadable mask ({error.strerror or error})", None
+        return f"unreadable {kind.noun} ({error.strerror or error})", None
     return None, dims
 
 
 def _check_one(sample: Sample) -> list[BadSample]:
     bad: list[BadSample] = []
-    image_reason, image_size = _check_image(sample.image)
-    mask_reason, mask_size = _check_mask(sample.mask)
+    image_reason, image_size = _check_file(sample.image, JPEG_IMAGE)
+    mask_reason, mask_size = _check_file(sample.mask, GIF_MASK)
     if image_reason:
         bad.append(BadSample(sample.image, image_reason))
     if mask_reason:
