@@ -29,6 +29,12 @@ def _mask_of(image: Path) -> Path:
     return image.parent.parent / "train_masks" / f"{image.stem}_mask.gif"
 
 
+def _cut_in_half(path: Path) -> Path:
+    """A download that stopped half-way."""
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
+
+
 def _reasons(root: Path, workers: int = 1) -> dict[Path, str]:
     report = check_samples(find_samples(root), workers=workers)
     return {b.path: b.reason for b in report.bad}
@@ -49,9 +55,7 @@ def test_clean_set_has_no_bad_samples_and_stray_files_are_not_samples(data):
 
 
 def test_truncated_jpeg_is_reported_with_its_path(data):
-    image = _images(data)[3]
-    raw = image.read_bytes()
-    image.write_bytes(raw[: len(raw) // 2])
+    image = _cut_in_half(_images(data)[3])
     reasons = _reasons(data)
     assert list(reasons) == [image]
     assert "truncated" in reasons[image]
@@ -91,9 +95,7 @@ def test_unreadable_gif_mask_is_reported_with_the_mask_path(data):
 
 
 def test_truncated_gif_mask_is_reported(data):
-    mask = _mask_of(_images(data)[6])
-    raw = mask.read_bytes()
-    mask.write_bytes(raw[: len(raw) // 2])
+    mask = _cut_in_half(_mask_of(_images(data)[6]))
     reasons = _reasons(data)
     assert list(reasons) == [mask]
     assert "truncated GIF" in reasons[mask]
@@ -189,18 +191,10 @@ def test_check_does_not_decode_images(data, monkeypatch):
 # -- the check in a run: before any training, with the chosen policy --------------------------
 
 
-def damaged_copy(tiny_carvana, tmp_path):
-    root = tmp_path / "carvana"
-    shutil.copytree(tiny_carvana, root)
-    victim = sorted((root / "train").glob("*.jpg"))[5]
-    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    return root, victim
-
-
-def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(tiny_carvana, tiny_cfg, tmp_path):
+def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(data, tiny_cfg, tmp_path):
     from segperf.train import train
 
-    root, victim = damaged_copy(tiny_carvana, tmp_path)
+    root, victim = data, _cut_in_half(_images(data)[5])
     with pytest.raises(BadDataError, match=victim.name) as error:
         train(tiny_cfg(f"data.root={root}"), tmp_path / "run")
     assert "data.on_bad_sample=skip" in str(error.value)
@@ -209,10 +203,10 @@ def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(tin
     assert results["train"]["steps"] == 0 and not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_skip_leaves_the_bad_sample_out_and_records_it_in_results(tiny_carvana, tiny_cfg, tmp_path):
+def test_skip_leaves_the_bad_sample_out_and_records_it_in_results(data, tiny_cfg, tmp_path):
     from segperf.train import train
 
-    root, victim = damaged_copy(tiny_carvana, tmp_path)
+    root, victim = data, _cut_in_half(_images(data)[5])
     with pytest.warns(UserWarning, match="1"):
         results = train(tiny_cfg(f"data.root={root}", "data.on_bad_sample=skip"), tmp_path / "run")
     assert results["status"] == "completed"
