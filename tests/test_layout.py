@@ -83,3 +83,10 @@ def test_folder_without_images_is_refused(tmp_path):
     (tmp_path / "train_masks").mkdir()
     with pytest.raises(FileNotFoundError, match="no <car>_<view>.jpg images"):
         find_samples(tmp_path)
+
+
+def test_a_folder_in_another_layout_names_the_missing_folder_and_the_expected_layout(tmp_path):
+    (tmp_path / "images").mkdir()  # e.g. an images/ + masks/ layout
+    (tmp_path / "train").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"train_masks is missing\. Expected Kaggle's Carvana layout"):
+        find_samples(tmp_path)

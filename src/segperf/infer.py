@@ -38,7 +38,7 @@ from segperf.perf.results import record_failure, write_json_atomic
 from segperf.trainer import precision_notice
 
 # what a training run's config decides about the data, adopted with run_dir unless given explicitly
-RUN_DATA_KEYS = ("root", "height", "width", "holdout_frac", "synthetic")
+RUN_DATA_KEYS = ("root", "height", "width", "holdout_frac", "synthetic", "decode")
 
 
 def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -132,7 +132,8 @@ def adopt_run_data(cfg: DictConfig, run_data: dict[str, Any], keep: set[str] | f
         for key in RUN_DATA_KEYS:
             explicit = any(k == f"data.{key}" or k.startswith(f"data.{key}.") for k in keep)
             if key in run_data and not explicit:
-                OmegaConf.update(cfg, f"data.{key}", run_data[key], merge=False)
+                # merged into a typed node (data.synthetic), set for plain values
+                OmegaConf.update(cfg, f"data.{key}", run_data[key], merge=isinstance(run_data[key], dict))
 
 
 def pick_device(name: str) -> torch.device:

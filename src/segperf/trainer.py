@@ -62,7 +62,8 @@ def build_trainer(trainer_cfg: dict[str, Any], *, val_every_images: int, batch_s
         # Lightning swaps 16-mixed for bf16-mixed on CPU; torch does run fp16 autocast on the
         # CPU, so honour what was asked (a CPU without native fp16 runs it slowly, as it would).
         options.pop("precision")
-        kwargs["plugins"] = [MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu"))]
+        plugin = MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu"))
+        kwargs["plugins"] = [*kwargs.get("plugins", []), plugin]
     return L.Trainer(
         max_epochs=1,
         val_check_interval=validation_interval(val_every_images, batch_size),

@@ -21,6 +21,7 @@ from pathlib import Path
 from PIL import Image
 
 from segperf.data.layout import MASK_RE, Sample
+from segperf.errors import SegperfError
 
 POLICIES = ("raise", "skip")
 _TAIL_BYTES = 64
@@ -29,7 +30,7 @@ JPEG_SOI, JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
 GIF_MAGIC, GIF_TRAILER = b"GIF8", b"\x3b"
 
 
-class BadDataError(ValueError):
+class BadDataError(SegperfError, ValueError):
     """Samples that cannot be read; the message names them and the two ways out."""
 
 

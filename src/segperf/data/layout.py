@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from segperf.errors import DataLayoutError
+
 IMAGE_RE = re.compile(r"^(?P<car>[0-9a-zA-Z]+)_(?P<view>\d{2})\.jpg$")
 MASK_RE = re.compile(r"^(?P<car>[0-9a-zA-Z]+)_(?P<view>\d{2})_mask\.gif$")
 LAYOUT_HINT = (
@@ -62,21 +64,21 @@ def find_samples(root: str | Path) -> list[Sample]:
     """Every image with its mask, sorted by (car, view). Raises with the offending files named."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise FileNotFoundError(
+        raise DataLayoutError(
             f"data.root={root} does not exist or is not a folder. {LAYOUT_HINT} "
             "Leave data.root unset to use the built-in synthetic data."
         )
     image_dir, mask_dir = root / "train", root / "train_masks"
     for folder in (image_dir, mask_dir):
         if not folder.is_dir():
-            raise FileNotFoundError(f"{folder} is missing. {LAYOUT_HINT}")
+            raise DataLayoutError(f"{folder} is missing. {LAYOUT_HINT}")
     images = _list_files(image_dir, IMAGE_RE)
     masks = _list_files(mask_dir, MASK_RE)
     if not images:
-        raise FileNotFoundError(f"no <car>_<view>.jpg images in {image_dir}. {LAYOUT_HINT}")
+        raise DataLayoutError(f"no <car>_<view>.jpg images in {image_dir}. {LAYOUT_HINT}")
     missing = sorted(mask_dir / f"{car}_{view}_mask.gif" for car, view in images.keys() - masks.keys())
     if missing:
-        raise FileNotFoundError(
+        raise DataLayoutError(
             f"{len(missing)} image(s) in {image_dir} have no mask; missing: {_listing(missing)}. "
             "Add the masks or remove those images."
         )

@@ -8,6 +8,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger
+from torch._dynamo.exc import TorchDynamoException
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.segmentation import DiceScore
 
@@ -43,6 +44,8 @@ class SegmentationModule(L.LightningModule):
         self.sample_panels = sample_panels
         if memory_format == "channels_last":
             self.net.to(memory_format=torch.channels_last)
+        # why compile was turned off during the run (its compiler failed), for results.json
+        self.compile_fallback: str | None = None
         if compile:
             # in place, so state_dict keys stay those of the plain net (checkpoints interchange);
             # compilation happens lazily at the first call and is counted as warm-up.
@@ -64,7 +67,27 @@ class SegmentationModule(L.LightningModule):
 
     # -- steps ------------------------------------------------------------------------------
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        return self.net(image)
+        try:
+            return self.net(image)
+        except TorchDynamoException as error:  # the compiler failed (no C++ compiler, no Triton, ...)
+            if self.net._compiled_call_impl is None:
+                raise
+            self._fall_back_to_eager(error)
+            return self.net(image)
+
+    def _fall_back_to_eager(self, error: Exception) -> None:
+        """Whether torch.compile works on a machine is only known at the first call: rather than
+        lose the run, train on without it, say so once and record it."""
+        self.net._compiled_call_impl = None  # nn.Module.compile() in reverse: plain eager calls
+        root = error  # dynamo wraps the compiler's own error; that one says what is missing
+        while (inner := getattr(root, "inner_exception", None) or root.__cause__) is not None:
+            root = inner
+        lines = str(root).strip().splitlines()
+        self.compile_fallback = f"{type(root).__name__}: {lines[0] if lines else ''}"[:300]
+        print(
+            f"segperf: note: torch.compile failed ({self.compile_fallback}); "
+            "the run continues without it (as model.compile=false) and records this in results.json."
+        )
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         image, mask = batch

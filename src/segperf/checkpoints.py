@@ -1,0 +1,91 @@
+"""Checkpoints that survive interruptions: saved when a run is stopped, written atomically,
+loaded without unpickling code.
+
+- `InterruptCheckpoint` saves `interrupted.ckpt` when fit ends by an exception (Ctrl-C,
+  SIGTERM, an error), remembers which signal stopped the run (for results.json), and skips the
+  save when no step has finished. It does what Lightning's OnExceptionCheckpoint does, but is
+  not one: with an OnExceptionCheckpoint present, Lightning silently resumes every `fit` from
+  `ckpt_path="last"` when one exists, and a segperf run resumes only when asked (`resume=`).
+- `AtomicCheckpointIO` replaces Lightning's local write, which stages the file in the system
+  temp folder and moves it (a copy, not a rename, when /tmp is another file system; and a
+  write outside the run folder): here the temp file sits next to the target, is fsynced, then
+  renamed over it, so a crash mid-write leaves the previous checkpoint intact. Loading always
+  uses `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from segperf.errors import SegperfError
+
+
+class UnsafeCheckpointError(SegperfError):
+    """A checkpoint that only loads by running pickled code."""
+
+
+class InterruptCheckpoint(Checkpoint):
+    def __init__(self, dirpath: str | Path) -> None:
+        self.path = Path(dirpath) / "interrupted.ckpt"
+        self.signal: str | None = None  # "SIGINT" / "SIGTERM" once the run was stopped by one
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, KeyboardInterrupt):
+            self.signal = "SIGINT"
+        elif isinstance(exception, SIGTERMException):
+            self.signal = "SIGTERM"
+        if trainer.global_step == 0:
+            return
+        try:
+            trainer.save_checkpoint(self.path)
+            print(f"segperf: saved {self.path} at step {trainer.global_step}")
+        except Exception as error:  # e.g. the device itself failed: report, keep the original error
+            print(f"segperf: could not save {self.path} ({type(error).__name__}: {error})")
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        # Lightning calls this only when fit ended normally (e.g. a resumed run went on to the
+        # end): last.ckpt is newer, this one is stale
+        if stage == "fit":
+            self.path.unlink(missing_ok=True)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError("storage_options are not supported for local checkpoints")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        return load_weights_only(path, map_location=map_location or "cpu")
+
+
+def load_weights_only(path, map_location: Any = "cpu") -> dict[str, Any]:
+    """`torch.load(weights_only=True)`: tensors and plain data only, never code."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UnsafeCheckpointError(
+            f"{path}: refused to load, it needs arbitrary unpickling, which can run code ({first}). "
+            "Load only checkpoints written by segperf or another source you trust."
+        ) from error

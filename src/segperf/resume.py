@@ -1,0 +1,70 @@
+"""Continuing an interrupted run: `python -m segperf.train resume=<run dir>`.
+
+The run folder keeps everything needed: Hydra's record of the overrides it was started with
+(`.hydra/overrides.yaml`), its checkpoints, and its results.json. Resuming re-composes the
+same config from those overrides (anything given after `resume=` is applied on top, e.g. a
+different progress-bar setting), runs in the same folder, and hands Lightning the newest
+checkpoint, which restores the model, the optimizer, the step counter and (segperf.data.
+resumable) the position in the sampler's order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from segperf.schema import SettingsError
+
+# Lightning saves `interrupted.ckpt` when a run is stopped (Ctrl-C, SIGTERM, an error) and
+# ModelCheckpoint keeps `last.ckpt` up to date at every validation.
+CHECKPOINT_NAMES = ("interrupted.ckpt", "last.ckpt")
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """Rewrite `resume=DIR [more overrides]` into the overrides DIR was started with, then the
+    new ones, then `hydra.run.dir=DIR` (so Hydra writes into the same folder)."""
+    given = [a for a in argv if a.startswith("resume=")]
+    if not given:
+        return argv
+    if any(a in ("-m", "--multirun") for a in argv):
+        raise SettingsError(["resume=: continues one run; it cannot be combined with -m (a sweep)"])
+    run_dir = Path(given[-1].split("=", 1)[1]).expanduser()
+    recorded_file = run_dir / ".hydra" / "overrides.yaml"
+    if not recorded_file.is_file():
+        raise SettingsError(
+            [
+                f"resume={run_dir}: not a segperf run folder (no {recorded_file}); give the folder that holds the "
+                "interrupted run's results.json"
+            ]
+        )
+    recorded = [str(o) for o in OmegaConf.load(recorded_file)]
+    recorded = [o for o in recorded if not o.startswith(("resume=", "hydra.run.dir="))]
+    rest = [a for a in argv if not a.startswith("resume=")]
+    return [*recorded, *rest, f"resume={run_dir}", f"hydra.run.dir={run_dir}"]
+
+
+def resume_checkpoint(run_dir: Path) -> Path:
+    """The newest checkpoint of an interrupted run folder; a clear error when there is nothing to resume."""
+    results_file = run_dir / "results.json"
+    if results_file.is_file():
+        status = json.loads(results_file.read_text()).get("status")
+        if status == "completed":
+            raise SettingsError(
+                [f"resume={run_dir}: that run completed; there is nothing to resume (start a new run instead)"]
+            )
+    found = [run_dir / "checkpoints" / name for name in CHECKPOINT_NAMES]
+    found = [path for path in found if path.is_file()]
+    if not found:
+        raise SettingsError(
+            [
+                f"resume={run_dir}: no checkpoint in {run_dir / 'checkpoints'} (the run stopped before it saved one); "
+                "start it again without resume="
+            ]
+        )
+    return max(found, key=lambda path: path.stat().st_mtime)
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"python -m segperf.train resume={run_dir}"

@@ -1,0 +1,142 @@
+"""Bad settings stop before any work with one line each; settings this machine cannot honour
+adapt (recorded) or stop, as the README's table says."""
+
+import json
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from segperf import adapt
+from segperf.schema import SettingsError, check_settings, problems_in
+from segperf.train import train
+from tests.conftest import compose_config
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("data.num_workers=-1", r"data.num_workers=-1: must be >= 0"),
+        ("data.prefetch_factor=0", r"data.prefetch_factor=0: must be >= 1 batches, or null"),
+        ("trainer.precision=fp8", r"trainer.precision='fp8': use one of 32-true .*bf16-mixed.*16-mixed"),
+        ("data.height=250", r"data.height=250: .*multiple of 16"),
+        ("data.width=0", r"data.width=0: .*positive multiple of 16"),
+        ("batch_size=0", r"batch_size=0: must be a whole number >= 1"),
+        ("train_images=-3", r"train_images=-3: must be a whole number >= 1"),
+        ("val_images=0", r"val_images=0: must be a whole number >= 1"),
+        ("data.holdout_frac=1.5", r"data.holdout_frac=1.5: must be between 0 and 1"),
+        ("data.holdout_frac=0", r"data.holdout_frac=0.0: must be between 0 and 1"),
+        ("data.cache=disk", r"data.cache='disk': use one of off, memory, device"),
+        ("data.decode=fast", r"data.decode='fast': use one of full, reduced"),
+        ("data.on_bad_sample=ignore", r"data.on_bad_sample='ignore': use one of raise, skip"),
+        ("model.memory_format=nhwc", r"model.memory_format='nhwc': use one of nchw, channels_last"),
+        ("trainer.accelerator=tpu", r"trainer.accelerator='tpu': use one of auto, cpu, gpu"),
+        ("perf.sample_interval_s=0", r"perf.sample_interval_s=0.0: must be > 0"),
+        ("warmup_steps=-1", r"warmup_steps=-1: must be >= 0"),
+    ],
+)
+def test_an_out_of_range_value_is_named_with_what_is_allowed(override, expected):
+    problems = problems_in(compose_config(override))
+    assert len(problems) == 1, problems
+    assert problems[0].count("\n") == 0
+    assert __import__("re").search(expected, problems[0]), problems[0]
+
+
+def test_the_default_config_and_every_fast_setting_are_valid():
+    assert problems_in(compose_config()) == []
+    assert problems_in(compose_config("+opt=all", "size=seed")) == []
+
+
+def test_every_bad_value_is_listed_at_once():
+    with pytest.raises(SettingsError) as caught:
+        check_settings(compose_config("batch_size=0", "data.num_workers=-2", "data.height=100"))
+    assert len(caught.value.problems) == 3
+    assert str(caught.value).splitlines() == caught.value.problems
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("batch_size=abc", "batch_size=abc"),  # wrong type: Hydra refuses while composing
+        ("data.num_workers=2.5", "data.num_workers=2.5"),
+        ("data.num_worker=2", "data.num_worker"),  # misspelt key
+        ("trainer.precison=bf16-mixed", "trainer.precison"),
+    ],
+)
+def test_a_wrong_type_or_unknown_key_is_refused_by_the_schema_while_composing(override, expected):
+    with pytest.raises(ConfigCompositionException, match=expected.replace(".", r"\.")):
+        compose_config(override)
+
+
+def test_bad_settings_stop_a_run_before_any_work_and_record_why(tmp_path):
+    cfg = compose_config("batch_size=0", "data.holdout_frac=2")
+    with pytest.raises(SettingsError, match="batch_size=0"):
+        train(cfg, tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed" and "data.holdout_frac=2.0" in results["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no checkpoint, no logs
+
+
+# -- what this machine cannot do ---------------------------------------------------------------
+
+
+def test_pin_memory_without_a_cuda_device_is_turned_off_and_recorded(monkeypatch):
+    monkeypatch.setattr(adapt, "_has_cuda", lambda: False)
+    cfg = compose_config("pin=on")
+    adjusted = adapt.adapt_to_machine(cfg)
+    assert cfg.data.pin_memory is False
+    assert adjusted == {
+        "data.pin_memory": {"requested": True, "used": False, "reason": adjusted["data.pin_memory"]["reason"]}
+    }
+    assert "GPU" in adjusted["data.pin_memory"]["reason"]
+
+
+def test_pin_memory_with_a_cuda_device_is_kept(monkeypatch):
+    monkeypatch.setattr(adapt, "_has_cuda", lambda: True)
+    cfg = compose_config("pin=on")
+    assert adapt.adapt_to_machine(cfg) == {} and cfg.data.pin_memory is True
+
+
+@pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
+def test_asking_for_a_gpu_where_there_is_none_stops_with_the_fix(monkeypatch, accelerator):
+    monkeypatch.setattr(adapt, "_has_cuda", lambda: False)
+    with pytest.raises(SettingsError, match=f"trainer.accelerator={accelerator}: .*no CUDA GPU.*accelerator=auto"):
+        adapt.adapt_to_machine(compose_config(f"trainer.accelerator={accelerator}"))
+
+
+def test_a_cpu_run_with_pin_on_records_the_adjustment_in_results(monkeypatch, tmp_path, tiny_cfg):
+    monkeypatch.setattr(adapt, "_has_cuda", lambda: False)
+    results = train(tiny_cfg("pin=on", "train_images=4"), tmp_path)
+    assert results["status"] == "completed"
+    assert results["adjusted"]["data.pin_memory"]["used"] is False
+    assert results["axes"]["pin"] is True  # what was asked: the sweep axis
+    assert any("data.pin_memory=True adjusted to False" in n for n in results["notices"])
+    assert "data.pin_memory=True adjusted to False" in (tmp_path / "summary.txt").read_text()
+
+
+# -- what the user sees on the command line -----------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "expected_lines"),
+    [
+        (
+            ["batch_size=0", "data.num_workers=-1"],
+            ["segperf: error: batch_size=0: must be", "segperf: error: data.num_workers=-1: must be >= 0"],
+        ),
+        (["data.root=/nowhere/carvana"], ["segperf: error: data.root=/nowhere/carvana does not exist"]),
+        (["trainer.accelerator=gpu"], ["segperf: error: trainer.accelerator=gpu: torch sees no CUDA GPU"]),
+    ],
+)
+def test_the_command_line_prints_one_line_per_problem_and_exits_2_without_a_traceback(tmp_path, args, expected_lines):
+    if "trainer.accelerator=gpu" in args and __import__("torch").cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from tests.conftest import run_cli
+
+    done = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("segperf: error: ")]
+    assert len(errors) == len(expected_lines)
+    for line, expected in zip(errors, expected_lines, strict=True):
+        assert line.startswith(expected)
+    assert "Traceback" not in done.stderr + done.stdout
