@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 
 from segperf.config import CONFIG_DIR, available_cores
 from segperf.data.prefetch import ThreadPrefetchLoader
+from segperf.data.resumable import ResumableLoader
 from segperf.trainer import build_trainer
 from tests.conftest import compose_config
 
@@ -26,6 +27,9 @@ AXES = {
         "bf16": ("trainer.precision", "bf16-mixed"),
         "fp16": ("trainer.precision", "16-mixed"),
     },
+    "decode": {"full": ("data.decode", "full"), "reduced": ("data.decode", "reduced")},
+    "cache": {"off": ("data.cache", "off"), "memory": ("data.cache", "memory"), "device": ("data.cache", "device")},
+    "augment": {"off": ("data.augment", "off"), "basic": ("data.augment", "basic")},
 }
 BASELINE = {group: next(iter(options)) for group, options in AXES.items()}
 FAST = {
@@ -36,6 +40,9 @@ FAST = {
     "memory_format": "channels_last",
     "compile": "on",
     "precision": "bf16",
+    "decode": "reduced",
+    "cache": "memory",
+    "augment": "off",  # quality, not speed
 }
 
 
@@ -102,9 +109,12 @@ def test_exact_loader_numbers_stay_sweepable_through_the_underlying_keys():
 
 
 def loaders(cfg):
+    """The train loader inside its resume wrapper, and the val loader."""
     dm = instantiate(cfg.data)
     dm.setup("fit")
-    return dm.train_dataloader(), dm.val_dataloader()
+    train = dm.train_dataloader()
+    assert isinstance(train, ResumableLoader)
+    return train.loader, dm.val_dataloader()
 
 
 def test_pin_on_reaches_the_dataloaders(tiny_cfg):
@@ -128,8 +138,15 @@ def test_prefetch_on_sets_dataloader_prefetch_with_workers_and_a_thread_without(
     assert isinstance(train, DataLoader) and train.prefetch_factor is None
 
 
+def test_data_pipeline_groups_and_cold_cache_reach_the_datamodule(tiny_cfg):
+    dm = instantiate(tiny_cfg("decode=reduced", "cache=device", "augment=basic", "cold_cache=true").data)
+    assert (dm.decode, dm.cache, dm.augment, dm.cold_cache) == ("reduced", "device", "basic", True)
+    dm = instantiate(tiny_cfg().data)
+    assert (dm.decode, dm.cache, dm.augment, dm.cold_cache) == ("full", "off", "off", False)
+
+
 def module_for(cfg):
-    return instantiate(cfg.model, net=instantiate(cfg.model.net))
+    return instantiate(cfg.model)  # builds the net too (its _target_)
 
 
 def test_upsample_deconv_reaches_the_model(tiny_cfg):
@@ -191,5 +208,6 @@ def test_ladder_presets_add_one_optimization_per_step_on_top_of_the_previous():
             option = FAST[group] if i < step else BASELINE[group]
             key, expected = AXES[group][option]
             assert select(cfg, key) == expected, (preset, group)
-    last, everything = compose_config("+opt=7_bf16"), compose_config("+opt=all")
+    # the seed's ladder ends with its seven axes on; opt=all adds the data-pipeline axes
+    last, everything = compose_config("+opt=7_bf16", "decode=reduced", "cache=memory"), compose_config("+opt=all")
     assert last == everything

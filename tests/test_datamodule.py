@@ -32,6 +32,8 @@ def test_prints_the_seed_data_line_and_records_the_split(tiny_carvana, capsys):
         "train_cars": 4,
         "val_cars": 1,
         "skipped": [],
+        "page_cache": "warm",
+        "page_cache_method": None,
     }
 
 
@@ -85,7 +87,7 @@ def test_zero_run_size_is_refused_naming_the_key(tiny_carvana, name):
 def test_thread_prefetch_yields_the_same_batches_as_the_plain_loader(tiny_carvana):
     plain = make_dm(tiny_carvana, train_images=12).train_dataloader()
     prefetched = make_dm(tiny_carvana, train_images=12, prefetch_factor=2).train_dataloader()
-    assert isinstance(prefetched, ThreadPrefetchLoader) and len(prefetched) == len(plain) == 3
+    assert isinstance(prefetched.loader, ThreadPrefetchLoader) and len(prefetched) == len(plain) == 3
     for (a_img, a_mask), (b_img, b_mask) in zip(plain, prefetched, strict=True):
         assert torch.equal(a_img, b_img) and torch.equal(a_mask, b_mask)
 

@@ -7,13 +7,19 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, RandomSampler, Subset
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, Subset
 
+from segperf.data.augment import DeviceAugment, HostAugment, check_augment, seed_worker
+from segperf.data.cache import DeviceBatches, cache_key, check_cache, get_cache
 from segperf.data.checks import apply_policy, check_samples
+from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.dataset import CarvanaDataset
+from segperf.data.decode import check_decode
 from segperf.data.layout import Split, find_samples, split_by_car
 from segperf.data.prefetch import ThreadPrefetchLoader
+from segperf.data.resumable import ResumableLoader, SkippingSampler
 from segperf.data.synthetic import ensure_synthetic
+from segperf.errors import DataSizeError
 
 
 def evenly_spaced(n: int, k: int) -> list[int]:
@@ -28,6 +34,11 @@ class CarvanaDataModule(L.LightningDataModule):
     successive shuffles of the train split (so 3,000 of 4,064 is the seed's ~0.75 epoch, and a
     count larger than the split wraps around without repeating within a pass). Validation uses
     `val_images` evenly spaced samples of the validation split.
+
+    The data-pipeline axes: `decode` (full | reduced, segperf.data.decode), `cache` (off |
+    memory | device, segperf.data.cache; with `device` the loaders are `DeviceBatches`, not
+    DataLoaders), `augment` (off | basic, training only, segperf.data.augment) and `cold_cache`
+    (drop the data files from the OS page cache in `setup`, segperf.data.cold).
     """
 
     def __init__(
@@ -45,6 +56,10 @@ class CarvanaDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         persistent_workers: bool = True,
         on_bad_sample: str = "raise",
+        decode: str = "full",
+        cache: str = "off",
+        augment: str = "off",
+        cold_cache: bool = False,
         synthetic: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -72,6 +87,10 @@ class CarvanaDataModule(L.LightningDataModule):
         if on_bad_sample not in ("raise", "skip"):
             raise ValueError(f"data.on_bad_sample={on_bad_sample!r}: use 'raise' (stop, listing the files) or 'skip'")
         self.on_bad_sample = on_bad_sample
+        # the data-pipeline axes: segperf.data.decode, .cache, .augment and .cold
+        self.decode, self.cache, self.augment = check_decode(decode), check_cache(cache), check_augment(augment)
+        self.cold_cache = cold_cache
+        self.page_cache: PageCache = warm()
         self.skipped: list[dict[str, str]] = []
         self.split: Split | None = None
 
@@ -100,11 +119,14 @@ class CarvanaDataModule(L.LightningDataModule):
             + (" (skipped, data.on_bad_sample=skip)" if self.skipped else "")
             + "."
         )
+        if self.cold_cache:  # after the checks, which read the first and last bytes of every file
+            self.page_cache = drop_page_cache(p for s in samples for p in (s.image, s.mask))
+            print(f"segperf: {self.page_cache.message}")
         split = split_by_car(samples, self.holdout_frac)
         if not split.train:
-            raise ValueError(f"data.holdout_frac={self.holdout_frac} leaves no training cars in {root}")
+            raise DataSizeError(f"data.holdout_frac={self.holdout_frac} leaves no training cars in {root}")
         if self.val_images > len(split.val):
-            raise ValueError(
+            raise DataSizeError(
                 f"val_images={self.val_images} is more than the {len(split.val)} validation images of {root} "
                 f"({len(split.val_cars)} held-out cars); use val_images<={len(split.val)}."
             )
@@ -123,6 +145,9 @@ class CarvanaDataModule(L.LightningDataModule):
             "synthetic": self.root is None,
             **self.split.summary(),
             "skipped": list(self.skipped),
+            # cold: the data files were dropped from the OS page cache before the run (cold_cache)
+            "page_cache": self.page_cache.state,
+            "page_cache_method": self.page_cache.method,
         }
 
     # -- loaders ----------------------------------------------------------------------------
@@ -138,19 +163,61 @@ class CarvanaDataModule(L.LightningDataModule):
             prefetch_factor=self.prefetch_factor if workers else None,
             # re-spawning workers (and their imports) at every validation would be timed as data wait
             persistent_workers=self.persistent_workers and workers > 0,
+            # seeds each worker, including the augmentation's own generator (segperf.data.augment)
+            worker_init_fn=seed_worker if workers else None,
         )
         if workers == 0 and self.prefetch_factor:
             return ThreadPrefetchLoader(loader, self.prefetch_factor)
         return loader
 
+    def _dataset(self, samples, label: str, train: bool = False) -> CarvanaDataset:
+        """`samples` decoded as configured; with cache=memory, served from a cache filled now;
+        augmented on the host for training unless the device does it (cache=device)."""
+        dataset = CarvanaDataset(samples, self.height, self.width, self.decode)
+        if self.cache == "memory":
+            key = cache_key(self.resolved_root, self.height, self.width, self.decode, samples)
+            dataset.cache = get_cache("memory", dataset, key, torch.device("cpu"), self.num_workers, label)
+        if train and self.augment == "basic" and self.cache != "device":
+            dataset.augment = HostAugment(self.seed)
+        return dataset
+
+    def _device(self) -> torch.device:
+        """Where cache=device keeps the data: the trainer's device, or the CPU without a trainer."""
+        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+
+    def _device_batches(self, dataset: CarvanaDataset, label: str, sampler, train: bool = False) -> DeviceBatches:
+        """cache=device: the split decoded once onto the device, batches indexed out of it there."""
+        device = self._device()
+        key = cache_key(self.resolved_root, self.height, self.width, self.decode, dataset.samples)
+        cache = get_cache("device", dataset, key, device, self.num_workers, label)
+        augment = DeviceAugment(self.seed, device) if train and self.augment == "basic" else None
+        return DeviceBatches(cache, sampler, self.batch_size, augment, dataset)
+
     def train_dataloader(self):
         assert self.split is not None, "call setup() first"
-        dataset = CarvanaDataset(self.split.train, self.height, self.width)
+        dataset = self._dataset(self.split.train, "train", train=True)
         generator = torch.Generator().manual_seed(self.seed)
-        sampler = RandomSampler(dataset, num_samples=self.train_images, generator=generator)
-        return self._loader(dataset, sampler)
+        # seeded order; on resume the sampler skips what the interrupted run already trained on
+        sampler = SkippingSampler(RandomSampler(dataset, num_samples=self.train_images, generator=generator))
+        if self.cache == "device":
+            loader = self._device_batches(dataset, "train", sampler, train=True)
+        else:
+            loader = self._loader(dataset, sampler)
+        return ResumableLoader(loader, sampler, self.batch_size, self._batches_done)
+
+    def _batches_done(self) -> int:
+        """Training batches the trainer completed in this run (what a checkpoint has trained on)."""
+        trainer = self.trainer
+        return 0 if trainer is None else trainer.fit_loop.epoch_loop.batch_progress.current.completed
 
     def val_dataloader(self):
         assert self.split is not None, "call setup() first"
-        dataset = CarvanaDataset(self.split.val, self.height, self.width)
-        return self._loader(Subset(dataset, evenly_spaced(len(dataset), self.val_images)))
+        picked = evenly_spaced(len(self.split.val), self.val_images)
+        if self.cache == "off":
+            dataset = CarvanaDataset(self.split.val, self.height, self.width, self.decode)
+            return self._loader(Subset(dataset, picked))
+        # a cache holds only the validation samples used, not the whole held-out split
+        dataset = self._dataset([self.split.val[i] for i in picked], "val")
+        if self.cache == "device":
+            return self._device_batches(dataset, "val", SequentialSampler(range(len(dataset))))
+        return self._loader(dataset)

@@ -1,12 +1,12 @@
-"""Decoding one Carvana sample: JPEG -> resized uint8 HWC image, GIF -> resized 0/1 mask."""
+"""One Carvana sample as tensors: decoded from its files (segperf.data.decode) or taken from a
+cache of decoded samples (segperf.data.cache), then augmented when training asks for it."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 
+from segperf.data.decode import decode_sample
 from segperf.data.layout import Sample
 
 
@@ -15,26 +15,29 @@ class CarvanaDataset(Dataset):
 
     Kept uint8 and HWC on purpose: it is what the decoder produces, it is 4x smaller to move
     than float32, and the module converts both on the device (see SegmentationModule).
+    `decode` is "full" or "reduced" (segperf.data.decode); `cache` a SampleCache holding these
+    very samples already decoded; `augment` a callable on one sample (HostAugment).
     """
 
-    def __init__(self, samples: list[Sample], height: int, width: int) -> None:
+    def __init__(
+        self, samples: list[Sample], height: int, width: int, decode: str = "full", cache=None, augment=None
+    ) -> None:
+        if cache is not None and len(cache) != len(samples):
+            raise ValueError(f"a cache of {len(cache)} samples does not belong to a dataset of {len(samples)}")
         self.samples = samples
         self.size = (width, height)  # PIL's order
+        self.decode = decode
+        self.cache = cache
+        self.augment = augment
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        sample = self.samples[index]
-        try:
-            with Image.open(sample.image) as im:
-                image = np.asarray(im.convert("RGB").resize(self.size, Image.BILINEAR))
-        except OSError as error:
-            raise OSError(f"could not decode image {sample.image}: {error}") from error
-        try:
-            with Image.open(sample.mask) as im:
-                # palette indices; nonzero = car. NEAREST keeps the labels crisp.
-                mask = np.asarray(im.resize(self.size, Image.NEAREST)) != 0
-        except OSError as error:
-            raise OSError(f"could not decode mask {sample.mask}: {error}") from error
-        return torch.from_numpy(image.copy()), torch.from_numpy(mask.astype(np.uint8))
+        if self.cache is not None:
+            image, mask = self.cache.sample(index)  # views of shared memory; collation copies them
+        else:
+            image, mask = decode_sample(self.samples[index], self.size, self.decode)
+        if self.augment is not None:
+            image, mask = self.augment(image, mask)
+        return image, mask
