@@ -1,0 +1,177 @@
+"""MNIST for the CPU study (`data=mnist`): the IDX files from `root`, or the built-in digits.
+
+Batches are `(image uint8 [B, 28, 28], label int64 [B])`: the whole split is read into one
+uint8 tensor at set-up (47 MB for MNIST's 60,000 training images) and samples are indexed out
+of it; the model's module converts to float and normalizes on the device, as the U-Net's does.
+The loader settings (workers, prefetch, pin) and the run size work as for Carvana, and the train
+loader resumes mid-run the same way (segperf.data.resumable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from segperf.data.digits import FILES, SIDE, ensure_builtin
+from segperf.data.idx import IdxFormatError, read_idx
+from segperf.data.prefetch import ThreadPrefetchLoader
+from segperf.data.resumable import ResumableLoader, SkippingSampler
+from segperf.errors import DataLayoutError, DataSizeError
+
+
+def find_idx(root: Path, name: str) -> Path:
+    """`name` or `name.gz` in `root`, or in `root/MNIST/raw` (torchvision's download layout)."""
+    for folder in (root, root / "MNIST" / "raw"):
+        for candidate in (folder / name, folder / f"{name}.gz"):
+            if candidate.is_file():
+                return candidate
+    raise DataLayoutError(
+        f"data.root={root}: no {name} (or {name}.gz) there or in its MNIST/raw; expected MNIST's four IDX files "
+        f"({', '.join(n for pair in FILES.values() for n in pair)})"
+    )
+
+
+def read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images uint8 [N, 28, 28] and labels int64 [N] of MNIST's "train" or "test" split."""
+    images_file, labels_file = (find_idx(root, name) for name in FILES[split])
+    images, labels = read_idx(images_file, ndim=3), read_idx(labels_file, ndim=1)
+    if images.shape[1:] != (SIDE, SIDE) or len(images) != len(labels):
+        raise IdxFormatError(
+            f"{images_file}: {len(images):,} images of {images.shape[1]}x{images.shape[2]} with {len(labels):,} "
+            f"labels in {labels_file.name}; expected one label per {SIDE}x{SIDE} image"
+        )
+    return torch.from_numpy(images.astype("uint8", copy=False)), torch.from_numpy(labels.astype("int64"))
+
+
+class DigitsDataset(Dataset):
+    """Indexes one split held in memory; a sample is (uint8 [28, 28], label)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[index], self.labels[index]
+
+
+@dataclass
+class DigitsSplit:
+    train: DigitsDataset
+    val: DigitsDataset
+
+
+class MnistDataModule(L.LightningDataModule):
+    """Trains on MNIST's training file and validates on `val_images` evenly spaced images of its
+    test file. One training "epoch" is the whole run: `train_images` drawn from successive
+    shuffles of the training split, as for Carvana.
+
+    `decode`, `cache` and `augment` are the Carvana pipeline's axes: their groups set them for
+    every workload, and only their baselines (full, off, off) apply here (segperf.schema says so).
+    """
+
+    height = width = SIDE  # the model's input size (the measurement counts FLOPs per image with it)
+
+    def __init__(
+        self,
+        root: str | None = None,
+        train_images: int = 60000,
+        val_images: int = 10000,
+        batch_size: int = 64,
+        seed: int = 0,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = True,
+        decode: str = "full",
+        cache: str = "off",
+        augment: str = "off",
+        builtin: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if (decode, cache, augment) != ("full", "off", "off"):
+            raise ValueError("data=mnist: decode, cache and augment apply to data=carvana only; leave them at baseline")
+        self.root = root
+        self.train_images, self.val_images, self.batch_size = train_images, val_images, batch_size
+        self.seed = seed
+        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
+        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
+        self.builtin = dict(builtin or {})
+        self.split: DigitsSplit | None = None
+
+    def resolve_root(self) -> Path:
+        if self.root is not None:
+            return Path(self.root).expanduser()
+        options = dict(self.builtin)
+        return ensure_builtin(options.pop("cache_dir", "~/.cache/segperf"), **options)
+
+    def prepare_data(self) -> None:
+        if self.root is None:  # rank 0 only: render the built-in digits once
+            self.resolve_root()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.split is not None:
+            return
+        root = self.resolve_root()
+        if not root.is_dir():
+            raise DataLayoutError(f"data.root={root} does not exist")
+        train, test = read_split(root, "train"), read_split(root, "test")
+        if self.val_images > len(test[1]):
+            raise DataSizeError(
+                f"val_images={self.val_images} is more than the {len(test[1]):,} test images of {root}; "
+                f"use val_images<={len(test[1])}."
+            )
+        picked = [(i * len(test[1])) // self.val_images for i in range(self.val_images)]
+        self.split = DigitsSplit(DigitsDataset(*train), DigitsDataset(test[0][picked], test[1][picked]))
+        self.resolved_root, self.test_images = root, len(test[1])
+        print(f"Loaded MNIST-format digits from {root}: {len(train[1]):,} train, {len(test[1]):,} test images.")
+
+    def summary(self) -> dict[str, Any]:
+        """The `dataset` section of results.json."""
+        assert self.split is not None, "call setup() first"
+        train = len(self.split.train)
+        return {
+            "root": str(self.resolved_root),
+            "synthetic": self.root is None,
+            "format": "idx",
+            "images": train + self.test_images,
+            "train_images": train,
+            "val_images": self.test_images,
+            "classes": 10,
+        }
+
+    def _loader(self, dataset: Dataset, sampler=None):
+        workers = self.num_workers
+        loader = DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            num_workers=workers,
+            pin_memory=self.pin_memory,
+            prefetch_factor=self.prefetch_factor if workers else None,
+            persistent_workers=self.persistent_workers and workers > 0,
+        )
+        if workers == 0 and self.prefetch_factor:  # prefetch=on without workers: a background thread
+            return ThreadPrefetchLoader(loader, self.prefetch_factor)
+        return loader
+
+    def train_dataloader(self):
+        assert self.split is not None, "call setup() first"
+        generator = torch.Generator().manual_seed(self.seed)
+        # seeded order; on resume the sampler skips what the interrupted run already trained on
+        sampler = SkippingSampler(RandomSampler(self.split.train, num_samples=self.train_images, generator=generator))
+        return ResumableLoader(self._loader(self.split.train, sampler), sampler, self.batch_size, self._batches_done)
+
+    def _batches_done(self) -> int:
+        trainer = self.trainer
+        return 0 if trainer is None else trainer.fit_loop.epoch_loop.batch_progress.current.completed
+
+    def val_dataloader(self):
+        assert self.split is not None, "call setup() first"
+        return self._loader(self.split.val)
