@@ -13,11 +13,17 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 # the seed study's cumulative ladder: each step adds one optimization to the previous ones
 LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
 LADDER_ARGS ?=
+BENCH_ARGS  ?=
 LADDER_DIR  ?= multirun/$(shell date +%Y-%m-%d)/ladder-$(shell date +%H-%M-%S)
+# the CPU study of the second seed: MNIST CNN, batch size x DataLoader workers, built-in digits;
+# repeats run as whole passes over the grid (repeat first), so slow drift in machine load spreads evenly
+CPU_STUDY_ARGS    ?=
+CPU_STUDY_REPEATS ?= 0
+CPU_STUDY_DIR     ?= multirun/$(shell date +%Y-%m-%d)/cpu-study-$(shell date +%H-%M-%S)
 # the newest training sweep, unless SWEEP=multirun/<date>/<time> is given
 SWEEP       ?= $(lastword $(sort $(wildcard multirun/2*/*)))
 
-.PHONY: setup demo test test-fast lint tensorboard clean ladder report
+.PHONY: setup demo test test-fast lint tensorboard clean ladder report bench-data cpu-study
 
 setup: $(STAMP)
 
@@ -41,8 +47,16 @@ ladder: setup  ## the cumulative ladder as one sweep, then its report (make ladd
 	$(BIN)/python -m segperf.train -m +opt=$(LADDER) hydra.sweep.dir=$(LADDER_DIR) $(LADDER_ARGS)
 	$(BIN)/python -m segperf.report $(LADDER_DIR)
 
+cpu-study: setup  ## the CPU study: batch 64-512 x 0/2/4 workers on MNIST, then its report (CPU_STUDY_REPEATS=0,1,2)
+	$(BIN)/python -m segperf.train -m model=cnn data=mnist size=mnist repeat=$(CPU_STUDY_REPEATS) \
+		batch_size=64,128,256,512 data.num_workers=0,2,4 hydra.sweep.dir=$(CPU_STUDY_DIR) $(CPU_STUDY_ARGS)
+	$(BIN)/python -m segperf.report $(CPU_STUDY_DIR)
+
 report: setup  ## report of the newest sweep (or SWEEP=...)
 	$(BIN)/python -m segperf.report $(SWEEP)
+
+bench-data: setup  ## loader-only images/s: decode x cache x workers x pin vs the naive loader (BENCH_ARGS="--cold-cache")
+	$(BIN)/python -m segperf.bench data $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests

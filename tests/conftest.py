@@ -37,6 +37,28 @@ def tiny_carvana(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("data") / "carvana", cars=5, seed=1, width=240, height=160)
 
 
+# the CPU study's workload, tiny: 256 built-in training digits, 64 test digits, batch 32
+MNIST_TINY = [
+    "model=cnn",
+    "data=mnist",
+    "train_images=128",
+    "val_images=64",
+    "batch_size=32",
+    "val_every_images=128",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.log_every_n_steps=1",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_mnist(tmp_path_factory) -> Path:
+    """The built-in digits in MNIST's four IDX files: 256 training and 64 test images."""
+    from segperf.data.digits import generate as generate_digits
+
+    return generate_digits(tmp_path_factory.mktemp("data") / "mnist", train=256, test=64, seed=0)
+
+
 def compose_config(*overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))

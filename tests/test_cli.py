@@ -14,9 +14,11 @@ from tests.conftest import REPO, TINY, run_cli
 pytestmark = pytest.mark.slow
 
 EVERY_OPTION = [  # baseline (+ the seed's run size), fast, and the remaining precision
-    "size=seed workers=off prefetch=off pin=off upsample=upconv memory_format=nchw compile=off precision=fp32",
-    "workers=auto prefetch=on pin=on upsample=deconv memory_format=channels_last compile=on precision=bf16",
-    "precision=fp16",
+    "size=seed workers=off prefetch=off pin=off upsample=upconv memory_format=nchw compile=off precision=fp32"
+    " decode=full cache=off augment=off",
+    "workers=auto prefetch=on pin=on upsample=deconv memory_format=channels_last compile=on precision=bf16"
+    " decode=reduced cache=memory augment=basic cold_cache=true",
+    "precision=fp16 cache=device",
 ]
 
 
@@ -39,6 +41,10 @@ def test_every_option_of_every_group_is_accepted_on_the_command_line(tmp_path):
         "bf16-mixed",
         "16-mixed",
     ]
+    assert (baseline["data"]["decode"], fast["data"]["decode"]) == ("full", "reduced")
+    assert [c["data"]["cache"] for c in (baseline, fast, fp16)] == ["off", "memory", "device"]
+    assert (baseline["data"]["augment"], fast["data"]["augment"]) == ("off", "basic")
+    assert (baseline["data"]["cold_cache"], fast["data"]["cold_cache"]) == (False, True)
 
 
 def test_an_unknown_option_is_refused_with_the_available_choices(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from segperf.report import build_report, main
-from segperf.sweep import Stat, distinguishable, load_sweep, summarize
+from segperf.sweep import Spread, Stat, distinguishable, load_sweep, speedup, spread, summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPEATS = FIXTURES / "sweep_repeats"  # data.num_workers=0,1,2 x seed=0,1,2, seed-major job order
@@ -46,9 +46,11 @@ def write_sweep(root: Path, jobs: dict[str, dict | str | None]) -> Path:
     return root
 
 
-def table_rows(report: str) -> dict[str, list[str]]:
-    """The first table's body rows by configuration label."""
-    lines = [line for line in report.splitlines() if line.startswith("| ")][1:]
+def table_rows(report: str, title: str = "") -> dict[str, list[str]]:
+    """The first table's body rows (after `title`, if given) by configuration label."""
+    text = report.split(title, 1)[1] if title else report
+    first = text[text.index("\n| ") + 1 :].split("\n\n", 1)[0]
+    lines = [line for line in first.splitlines() if line.startswith("| ")][1:]
     cells = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines]
     return {row[0]: row for row in cells}
 
@@ -57,6 +59,20 @@ def test_summarize_takes_median_min_max_of_repeats_and_ignores_none():
     assert summarize([2.2, None, 2.0, 2.1]) == Stat(3, 2.1, 2.0, 2.2)
     assert summarize([4.0, 2.0]) == Stat(2, 3.0, 2.0, 4.0)
     assert summarize([None]) == Stat(0, None, None, None)
+
+
+def test_spread_is_mean_and_sample_standard_deviation_over_repeats():
+    assert spread([2.2, None, 2.0, 2.1]) == Spread(3, pytest.approx(2.1), pytest.approx(0.1), 2.0, 2.2)
+    assert spread([3.0]) == Spread(1, 3.0, None, 3.0, 3.0)  # one run: no spread
+    assert spread([]) == Spread(0, None, None, None, None)
+
+
+def test_speedup_carries_its_uncertainty_like_hyperfine():
+    # the seed's hyperfine numbers (seconds): baseline 19.232 ± 0.222, batch 512 10.468 ± 0.193 -> "1.84 ± 0.04"
+    ratio, sigma = speedup(Spread(10, 19.232, 0.222, 0, 0), Spread(10, 10.468, 0.193, 0, 0))
+    assert (round(ratio, 2), round(sigma, 2)) == (1.84, 0.04)
+    assert speedup(Spread(1, 4.0, None, 4.0, 4.0), Spread(2, 2.0, 0.1, 1.9, 2.1)) == (2.0, None)
+    assert speedup(Spread(0, None, None, None, None), Spread(2, 2.0, 0.1, 1.9, 2.1)) is None
 
 
 def test_distinguishable_only_when_ranges_do_not_overlap():
@@ -111,6 +127,22 @@ def test_report_table_has_one_row_per_configuration_with_ratios_and_valid_charts
     assert not (tmp_path / "inference_throughput.png").exists()
     assert "None: every job completed." in report
     assert "- **data.num_workers=2**: compute-bound: workers=2 (hand-written fixture)." in report
+
+
+def test_repeated_timings_show_mean_sigma_range_and_speedup_with_uncertainty(tmp_path):
+    report = build_report(load_sweep(REPEATS), tmp_path, charts_too=False).read_text()
+    rows = table_rows(report, "## Repeated timings")
+    assert rows["data.num_workers=0"][1:] == ["3", "2.10 ± 0.10", "2.00 … 2.20", "baseline"]
+    assert rows["data.num_workers=2"][1:] == ["3", "4.20 ± 0.20", "4.00 … 4.40", "2.00 ± 0.13×"]
+    assert "`data.num_workers=2` ran **2.00 ± 0.13 times faster** than `data.num_workers=0`." in report
+
+
+def test_single_runs_get_no_repeated_timings_and_a_classifier_shows_accuracy(tmp_path):
+    cnn = {"quality": {"val_accuracy": 0.97, "val_loss": 0.1}}
+    jobs = {"0_batch_size=64": make_results(500.0, **cnn), "1_batch_size=512": make_results(900.0, **cnn)}
+    report = build_report(load_sweep(write_sweep(tmp_path, jobs)), tmp_path, charts_too=False).read_text()
+    assert "## Repeated timings" not in report
+    assert "| val accuracy |" in report and table_rows(report)["batch_size=512"][9] == "0.970"
 
 
 def test_failed_and_missing_results_are_named_while_the_rest_is_reported(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from segperf import report_charts as charts
 from segperf.report_charts import fmt_num, speedup_text
-from segperf.sweep import Configuration, Stat, Sweep, SweepError, load_sweep
+from segperf.sweep import Configuration, Spread, Stat, Sweep, SweepError, load_sweep, speedup
 
 
 def fmt_pct(fraction: float | None) -> str:
@@ -29,6 +29,27 @@ def fmt_range(stat: Stat, scale: float = 1.0) -> str:
     if stat.n == 1:
         return f"{fmt_num(stat.median * scale)} (1 run, no spread)"
     return f"{fmt_num(stat.median * scale)} [{fmt_num(stat.min * scale)}–{fmt_num(stat.max * scale)}]"
+
+
+def fmt_pm(value: float | None, std: float | None) -> str:
+    """ "2.10 ± 0.10": the σ with as many decimals as the value shows (hyperfine's style)."""
+    text = fmt_num(value)
+    if value is None or std is None:
+        return text
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return f"{text} ± {std:,.{decimals}f}"
+
+
+def fmt_speedup(config: Configuration, baseline: Configuration | None, path: str) -> str:
+    """ "2.68 ± 0.04×" (the ratio of means and its propagated σ); "baseline" for the baseline."""
+    if baseline is None:
+        return "n/a"
+    if config is baseline:
+        return "baseline"
+    ratio = speedup(config.spread(path), baseline.spread(path))
+    if ratio is None:
+        return "n/a"
+    return f"{ratio[0]:.2f}×" if ratio[1] is None else f"{ratio[0]:.2f} ± {ratio[1]:.2f}×"
 
 
 def md_table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -89,13 +110,60 @@ def baseline_of(configs: list[Configuration]) -> Configuration | None:
     return next((c for c in configs if c.stat("train.images_per_s").median is not None), None)
 
 
+def any_cold(configs: list[Configuration]) -> bool:
+    return any("cold" in c.page_cache for c in configs)
+
+
+def _range(s: Spread) -> str:
+    return "n/a" if s.min is None else f"{fmt_num(s.min)} … {fmt_num(s.max)}"
+
+
+def repeats_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    """images/s the way hyperfine reports repeated timings: mean ± σ, min … max, and each
+    configuration's speed-up over the baseline with its uncertainty; then a summary line for the
+    fastest configuration. Only where some configuration was repeated."""
+    path = "train.images_per_s"
+    if not any(c.spread(path).n > 1 for c in configs):
+        return []
+    headers = ["configuration", "runs", "images/s mean ± σ", "min … max", "speed-up ± σ"]
+    rows = [
+        [c.label, _runs_cell(c), fmt_pm(c.spread(path).mean, c.spread(path).std), _range(c.spread(path))]
+        + [fmt_speedup(c, baseline, path)]
+        for c in configs
+    ]
+    lines = ["## Repeated timings", "", *md_table(headers, rows, right={1, 2, 3, 4}), ""]
+    measured = [c for c in configs if c.spread(path).mean is not None]
+    fastest = max(measured, key=lambda c: c.spread(path).mean, default=None)
+    if baseline is not None and fastest is not None and fastest is not baseline:
+        ratio = fmt_speedup(fastest, baseline, path).rstrip("×")
+        lines += [f"Summary: `{fastest.label}` ran **{ratio} times faster** than `{baseline.label}`.", ""]
+    elif fastest is not None:
+        lines += [f"Summary: the baseline, `{fastest.label}`, is the fastest configuration.", ""]
+    lines += [
+        "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
+        '"mean ± σ"); speed-up: ratio of mean images/s to the baseline\'s, its σ propagated from both '
+        "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ.",
+        "",
+    ]
+    return lines
+
+
+def _quality_column(configs: list[Configuration]) -> tuple[str, str]:
+    """val Dice for the U-Net; val accuracy for the CPU study's classifier (it has no Dice)."""
+    has = {path: any(c.stat(path).n for c in configs) for path in ("quality.val_accuracy", "quality.val_dice")}
+    if has["quality.val_accuracy"] and not has["quality.val_dice"]:
+        return "quality.val_accuracy", "val accuracy"
+    return "quality.val_dice", "val Dice"
+
+
 def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
     ids = _machine_ids(sweep)
     headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
-    headers += ["p99 data wait ms", "CPU %", "GPU %", "val Dice", "verdict"]
+    quality_path, quality_name = _quality_column(configs)
+    headers += ["p99 data wait ms", "CPU %", "GPU %", quality_name, "verdict"]
     rows = []
     for c in configs:
-        dice = c.stat("quality.val_dice").median
+        dice = c.stat(quality_path).median
         p99 = c.stat("jitter.data_wait.p99").median
         row = [
             c.label,
@@ -115,7 +183,13 @@ def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configu
         rows.append(row)
     if len(ids) > 1:
         headers.append("machine")
-    return md_table(headers, rows, right=set(range(1, 10)))
+    right = set(range(1, 10))
+    if any_cold(configs):  # cold reads are slower by design: say which rows had them, next to the count
+        headers.insert(2, "page cache")
+        for row, c in zip(rows, configs, strict=True):
+            row.insert(2, c.page_cache)
+        right = {1} | set(range(3, 11))
+    return md_table(headers, rows, right=right)
 
 
 def inference_table(configs: list[Configuration]) -> list[str]:
@@ -188,9 +262,17 @@ def build_report(sweep: Sweep, out_dir: str | Path, charts_too: bool = True) -> 
             "",
             f"Speed-up: ratio of median images/s to the baseline, `{baseline.label if baseline else 'n/a'}`. "
             "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
-            "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off.",
+            "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off. "
+            + (
+                "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
+                "(`cold_cache=true`), `warm` runs may have read them from memory."
+                if any_cold(train)
+                else "Page cache: warm in every run (the data files may have been read from memory; "
+                "`cold_cache=true` drops them first)."
+            ),
             "",
         ]
+        lines += repeats_section(train, baseline)
         if charts_too:
             made = [
                 ("Training time by phase", charts.time_by_phase(train, out)),

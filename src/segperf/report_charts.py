@@ -170,6 +170,9 @@ def quality(configs: list[Configuration], out: Path) -> Path:
         ("val pixel accuracy", [c.stat("quality.val_pixel_accuracy").median for c in configs], "C2"),
         ("val Dice", [c.stat("quality.val_dice").median for c in configs], "C4"),
     ]
+    if any(c.stat("quality.val_accuracy").n for c in configs):  # the CPU study's classifier: no pixels, no Dice
+        series.append(("val accuracy", [c.stat("quality.val_accuracy").median for c in configs], "C1"))
+        series = [one for one in series if any(v is not None for v in one[1])]
     notes = [[None if v is None else f"{v:.3f}" for v in values] for _, values, _ in series]
     _grouped_barh(ax, [c.label for c in configs], series, notes=notes)
     ax.set_xlim(0, 1.15)

@@ -2,7 +2,8 @@
 
 The report and notebooks compare configurations, not single runs: repeats of one configuration
 (seeds, `repeat=`) scatter by run-to-run noise, so they are grouped and summarized as a median
-with its [min, max] range, and a difference counts only when the ranges do not overlap. Nothing
+with its [min, max] range, and a difference counts only when the ranges do not overlap; and, as
+hyperfine does, as mean ± standard deviation, with ratios whose uncertainty is propagated. Nothing
 here runs a job; a job that crashed before writing its results is kept as a failed run so that
 a report can name it instead of silently showing fewer repeats.
 """
@@ -41,6 +42,39 @@ def summarize(values: Any) -> Stat:
     if not nums:
         return Stat(0, None, None, None)
     return Stat(len(nums), statistics.median(nums), min(nums), max(nums))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean ± sample standard deviation and range over repeats, as hyperfine reports a benchmark
+    ("mean ± σ", "min … max"); `std` is None with fewer than two values."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+
+
+def spread(values: Any) -> Spread:
+    """Mean, sample standard deviation (n - 1) and range, ignoring None like `summarize`."""
+    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+    if not nums:
+        return Spread(0, None, None, None, None)
+    std = statistics.stdev(nums) if len(nums) > 1 else None
+    return Spread(len(nums), statistics.fmean(nums), std, min(nums), max(nums))
+
+
+def speedup(a: Spread, b: Spread) -> tuple[float, float | None] | None:
+    """`a.mean / b.mean` with its standard deviation, as hyperfine's "2.68 ± 0.04 times faster":
+    first-order error propagation of independent means, r * sqrt((σa/a)² + (σb/b)²). The σ is
+    None when either side has a single run (no spread to propagate); None when a mean is missing."""
+    if a.mean is None or not b.mean:
+        return None
+    ratio = a.mean / b.mean
+    if a.std is None or b.std is None or not a.mean:
+        return ratio, None
+    return ratio, abs(ratio) * ((a.std / a.mean) ** 2 + (b.std / b.mean) ** 2) ** 0.5
 
 
 def distinguishable(a: Stat, b: Stat) -> bool:
@@ -185,6 +219,17 @@ class Configuration:
     def stat(self, path: str) -> Stat:
         """Median/min/max of a dotted results path ("train.images_per_s") over completed repeats."""
         return summarize(self.values(path))
+
+    def spread(self, path: str) -> Spread:
+        """Mean ± σ and min–max of a dotted results path over completed repeats."""
+        return spread(self.values(path))
+
+    @property
+    def page_cache(self) -> str:
+        """ "cold" when its runs read the data with the OS page cache dropped first (cold_cache),
+        "warm" otherwise (also for runs from before segperf recorded it), "cold/warm" if mixed."""
+        states = dict.fromkeys(r.get("dataset.page_cache") or "warm" for r in self.ok_runs)
+        return "/".join(states) or "n/a"
 
     @property
     def measured(self) -> bool:

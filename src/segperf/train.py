@@ -7,6 +7,7 @@ validation if the schedule did not end on one; results.json and summary.txt in t
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,18 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from segperf.adapt import adapt_to_machine, adjustment_notice
+from segperf.checkpoints import AtomicCheckpointIO, InterruptCheckpoint
 from segperf.config import CONFIG_DIR
-from segperf.model.unet import describe
+from segperf.errors import SegperfError, explain, is_worker_error
+from segperf.model.unet import UNet, describe
+from segperf.perf.counters import HardwareCounters
 from segperf.perf.measure import RunMeasurement
 from segperf.perf.ops_profile import OperatorProfile
 from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
+from segperf.resume import resume_argv, resume_checkpoint, resume_command
+from segperf.schema import check_settings
 from segperf.trainer import build_trainer, precision_notice
 
 # Lightning's notes that say nothing to a segperf user: the module's device-side conversion is
@@ -35,32 +42,67 @@ from segperf.trainer import build_trainer, precision_notice
 warnings.filterwarnings("ignore", message=r".*overridden `on_after_batch_transfer`.*")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 
+TORCH_THREADS = torch.get_num_threads()  # torch's own choice, restored before every sweep job
+# what results.json's `quality` holds for a module that does not say (the U-Net's metrics)
+SEGMENTATION_QUALITY = ("val/pixel_accuracy", "val/dice", "val/loss")
+
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Run one experiment; always leaves results.json in `run_dir`, also when it fails."""
+    """Run one experiment; always leaves results.json in `run_dir`, also when it fails or is
+    interrupted (then with a checkpoint to resume from, see segperf.resume)."""
     reset_global_state()
-    L.seed_everything(cfg.seed, workers=True)
     results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
     results["axes"] = axis_settings(cfg)
     results["config"] = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        # every bad value at once, before any work; then what this machine cannot do
+        check_settings(cfg)
+        cfg = OmegaConf.create(results["config"])  # plain from here: the schema has done its job
+        results["adjusted"] = adapt_to_machine(cfg)
+        ckpt_path = resume_checkpoint(run_dir) if cfg.resume else None
+    except SegperfError as error:
+        record_failure(results, error)
+        if not (run_dir / "results.json").exists():  # never overwrite an earlier run's record (resume=)
+            write_json_atomic(run_dir / "results.json", results)
+        raise
+    for setting, change in results["adjusted"].items():
+        _notice(results, adjustment_notice(setting, change))
+    if ckpt_path is not None:
+        results["resumed"] = {"checkpoint": str(ckpt_path)}
+        print(f"segperf: resuming {run_dir} from {ckpt_path.name}")
+    if cfg.num_threads:  # the threads group: torch's intra-op threads for this run
+        torch.set_num_threads(cfg.num_threads)
+    results["torch_threads"] = torch.get_num_threads()
+    L.seed_everything(cfg.seed, workers=True)
     measurement = RunMeasurement(run_dir, cfg.warmup_steps, cfg.perf.sample_interval_s, cfg.perf.measure)
-    datamodule = module = trainer = ops = None
+    for note in measurement.hardware_notes():
+        print(f"segperf: note: {note}")
+    datamodule = module = trainer = ops = counters = None
+    stopper = InterruptCheckpoint(run_dir / "checkpoints")
     try:
         with measurement.span("define_model"):
             datamodule = instantiate(cfg.data)
             net = instantiate(cfg.model.net)
-            net.check_input_size(cfg.data.height, cfg.data.width)  # before any work, not at the first step
-            print(describe(net, cfg.data.height, cfg.data.width))
+            if isinstance(net, UNet):
+                net.check_input_size(cfg.data.height, cfg.data.width)  # before any work, not at the first step
+                print(describe(net, cfg.data.height, cfg.data.width))
+            else:
+                print(net.describe())
             module = instantiate(cfg.model, net=net)
         if notice := precision_notice(cfg.trainer.precision, cfg.trainer.accelerator):
-            print(f"segperf: note: {notice}")
-            results["notices"].append(notice)
+            _notice(results, notice)
 
-        checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0)
-        callbacks = [measurement.clock, checkpoint]
+        # checkpoints/last.ckpt, rewritten (atomically) at every validation: what resume= and infer read
+        checkpoint = ModelCheckpoint(
+            dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False
+        )
+        callbacks = [measurement.clock, checkpoint, stopper]
         if cfg.perf.ops_steps:
             ops = OperatorProfile(run_dir, steps=cfg.perf.ops_steps, skip_steps=cfg.warmup_steps)
             callbacks.append(ops)
+        if cfg.perf.counters:  # profile=counters: perf stat over the training steps after warm-up
+            counters = HardwareCounters(run_dir, skip_steps=cfg.warmup_steps)
+            callbacks.append(counters)
         logger = measurement.make_logger(run_dir)
         trainer = build_trainer(
             OmegaConf.to_container(cfg.trainer, resolve=True),
@@ -70,22 +112,35 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             logger=logger,
             profiler=measurement.profiler,
             default_root_dir=run_dir,
+            plugins=[AtomicCheckpointIO()],
         )
         measurement.clock.mark("fit_called")
-        trainer.fit(module, datamodule=datamodule)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
         measurement.clock.mark("fit_returned")
         if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
             with measurement.span("validation"):
                 trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
-        results["status"] = "interrupted" if trainer.interrupted else "completed"
+            with measurement.span("checkpoint"):  # the trained weights, whatever the validation schedule
+                trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        results["status"] = "completed"
     except BaseException as error:
-        record_failure(results, error)
-        raise
+        if stopper.signal is not None:  # Lightning caught Ctrl-C / SIGTERM and saved a checkpoint
+            results["status"] = "interrupted"
+            results["error"] = f"interrupted by {stopper.signal}"
+            results["interrupted_by"] = stopper.signal
+        else:
+            record_failure(results, error)
+            if is_worker_error(error):
+                results["error"] = explain(error)  # the file, not the worker's traceback
+        if not isinstance(error, SystemExit) or stopper.signal is None:
+            raise
     finally:
         measurement.finish(results, trainer, module)
         if ops is not None and ops.result is not None:
             results["ops"] = ops.result
-        finish_results(results, trainer, datamodule)
+        if counters is not None:
+            results["counters"] = counters.finish()
+        finish_results(results, cfg, trainer, datamodule, module, run_dir)
         write_json_atomic(run_dir / "results.json", results)
         summary = format_run_summary(results)
         write_text_atomic(run_dir / "summary.txt", summary)
@@ -94,29 +149,51 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     return results
 
 
+def _notice(results: dict[str, Any], text: str) -> None:
+    """Said once, when it happens, and kept in results.json (and summary.txt's notes)."""
+    print(f"segperf: note: {text}")
+    results["notices"].append(text)
+
+
 def reset_global_state() -> None:
     """Sweep jobs share one process (Hydra's basic launcher): drop what an earlier job left."""
     torch._dynamo.reset()  # compiled graphs and their guards
     torch.set_float32_matmul_precision("highest")  # torch's default; a job may have changed it
     torch.backends.cudnn.benchmark = False  # Lightning keeps the current value when benchmark=null
+    torch.set_num_threads(TORCH_THREADS)  # a job may have set threads=...
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
 
-def finish_results(results: dict[str, Any], trainer, datamodule) -> None:
+def finish_results(results: dict[str, Any], cfg: DictConfig, trainer, datamodule, module, run_dir: Path) -> None:
     """Fill in what the run did, from whatever got built before it ended."""
     if datamodule is not None and datamodule.split is not None:
         results["dataset"] = datamodule.summary()
+    if module is not None and module.compile_fallback:
+        results["adjusted"]["model.compile"] = {
+            "requested": True,
+            "used": False,
+            "reason": f"torch.compile failed at its first call: {module.compile_fallback}",
+        }
+        results["notices"].append(adjustment_notice("model.compile", results["adjusted"]["model.compile"]))
     if trainer is None:
         return
+    steps_total = -(-cfg.train_images // cfg.batch_size)
+    results["progress"] = {
+        "steps_done": trainer.global_step,
+        "steps_total": steps_total,
+        "images_done": min(trainer.global_step * cfg.batch_size, cfg.train_images),
+        "images_total": cfg.train_images,
+    }
+    if "resumed" in results:
+        results["resumed"]["from_step"] = trainer.global_step - results["train"].get("steps", 0)
+    if results["status"] == "interrupted":
+        results["resume_command"] = resume_command(run_dir)
     results["device"] = str(trainer.strategy.root_device)
     results["precision"] = trainer.precision
     metrics = trainer.callback_metrics
-    results["quality"] = {
-        "val_pixel_accuracy": _item(metrics.get("val/pixel_accuracy")),
-        "val_dice": _item(metrics.get("val/dice")),
-        "val_loss": _item(metrics.get("val/loss")),
-    }
+    names = getattr(module, "quality_metrics", SEGMENTATION_QUALITY)  # the CNN's: val/accuracy, val/loss
+    results["quality"] = {name.replace("/", "_"): _item(metrics.get(name)) for name in names}
     log_hparams(trainer, results)
 
 
@@ -127,10 +204,11 @@ def axis_settings(cfg: DictConfig) -> dict[str, Any]:
         "workers": cfg.data.num_workers,
         "prefetch": cfg.data.prefetch_factor,
         "pin": cfg.data.pin_memory,
-        "upsample": cfg.model.net.upsample,
+        "upsample": OmegaConf.select(cfg, "model.net.upsample"),
         "memory_format": cfg.model.memory_format,
         "compile": cfg.model.compile,
         "precision": cfg.trainer.precision,
+        "threads": cfg.num_threads,
         "batch_size": cfg.batch_size,
         "train_images": cfg.train_images,
     }
@@ -142,6 +220,7 @@ def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
         "hp/images_per_s": results["train"].get("images_per_s"),
         "hp/val_dice": results["quality"].get("val_dice"),
         "hp/val_pixel_accuracy": results["quality"].get("val_pixel_accuracy"),
+        "hp/val_accuracy": results["quality"].get("val_accuracy"),
         "hp/data_wait_fraction": (results.get("phases") or {}).get("data_wait", {}).get("fraction"),
     }
     params = {k: str(v) if v is None else v for k, v in results["axes"].items()}
@@ -158,18 +237,44 @@ def _item(value: Any) -> float | None:
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        train(cfg, run_dir)
+        results = train(cfg, run_dir)
+    except KeyboardInterrupt:  # before or after the trainer ran (it handles Ctrl-C itself)
+        print("segperf: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     except Exception as error:
-        if hydra_cfg.mode != RunMode.MULTIRUN:
+        if not multirun:
+            if isinstance(error, SegperfError) or is_worker_error(error):
+                fail(explain(error))
             raise
         # One failed job (out of memory, a crashed worker) must not end the sweep: its
         # results.json already records the error, and the report lists it.
         print(
-            f"segperf: job {hydra_cfg.job.num} failed ({type(error).__name__}: {error}); "
+            f"segperf: job {hydra_cfg.job.num} failed ({type(error).__name__}: {explain(error)}); "
             f"recorded in {run_dir / 'results.json'}; the sweep goes on."
         )
+        return
+    if results["status"] == "interrupted":
+        # stops a sweep too: Ctrl-C means stop
+        print(f"segperf: interrupted; resume with: {results['resume_command']}", file=sys.stderr)
+        raise SystemExit(143 if results.get("interrupted_by") == "SIGTERM" else 130)
+
+
+def fail(message: str) -> None:
+    """A problem the user can fix: its message, no traceback, exit status 2."""
+    for line in message.splitlines():  # one line per problem (SettingsError lists them all)
+        print(f"segperf: error: {line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def cli() -> None:
+    try:
+        sys.argv[1:] = resume_argv(sys.argv[1:])
+    except SegperfError as error:
+        fail(str(error))
+    main()
 
 
 if __name__ == "__main__":
-    main()
+    cli()

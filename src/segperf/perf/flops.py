@@ -133,17 +133,17 @@ def peak_flops(device: torch.device | str, precision: str) -> float | None:
 
 
 def _config_key(net_config: dict[str, Any]) -> tuple:
-    """A hashable, order-independent form of a UNet config (lists become tuples)."""
+    """A hashable, order-independent form of a net's config (lists become tuples)."""
     return tuple(sorted((k, tuple(v) if isinstance(v, list | tuple) else v) for k, v in net_config.items()))
 
 
 @functools.lru_cache(maxsize=64)
-def _count_flops(config_key: tuple, height: int, width: int, training: bool) -> int:
+def _count_flops(config_key: tuple, height: int, width: int, training: bool, net_cls: type | None = None) -> int:
     from segperf.model.unet import UNet
 
     config = {k: list(v) if isinstance(v, tuple) else v for k, v in config_key}
     with torch.device("meta"):
-        net = UNet(**config)
+        net = (net_cls or UNet)(**config)
         x = torch.empty(1, config.get("in_channels", 3), height, width)
     if training:
         return int(measure_flops(net, lambda: net(x), loss_fn=lambda y: y.sum()))
@@ -151,15 +151,18 @@ def _count_flops(config_key: tuple, height: int, width: int, training: bool) -> 
         return int(measure_flops(net, lambda: net(x)))
 
 
-def flops_per_image(net_config: dict[str, Any], height: int, width: int, training: bool = True) -> int:
-    """FLOPs to process one `height` x `width` image with `UNet(**net_config)`.
+def flops_per_image(
+    net_config: dict[str, Any], height: int, width: int, training: bool = True, net_cls: type | None = None
+) -> int:
+    """FLOPs to process one `height` x `width` image with `UNet(**net_config)` (or `net_cls(**net_config)`:
+    any net rebuildable from its `config`, e.g. the CPU study's DigitCNN).
 
     training=True counts forward + backward (about 3x forward: backward computes gradients for both
     inputs and weights); False counts the forward only, as in validation. A multiply-add counts as
     2 FLOPs. Counted on the meta device (no memory, well under a second) and cached per
     (config, size, mode). Raises the U-Net's ValueError when the size is not divisible by 16.
     """
-    return _count_flops(_config_key(net_config), int(height), int(width), bool(training))
+    return _count_flops(_config_key(net_config), int(height), int(width), bool(training), net_cls)
 
 
 def mfu(images_per_s: float | None, flops_per_image: int | None, peak: float | None) -> float | None:
@@ -177,14 +180,15 @@ def throughput_summary(
     width: int,
     device: torch.device | str,
     precision: str,
+    net_cls: type | None = None,
 ) -> dict[str, Any]:
     """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peak, MFU.
 
     MFU is computed on training (forward + backward FLOPs); it is None on a CPU, where no peak is
     known, and whenever the train rate is missing.
     """
-    train_flops = flops_per_image(net_config, height, width, training=True)
-    val_flops = flops_per_image(net_config, height, width, training=False)
+    train_flops = flops_per_image(net_config, height, width, training=True, net_cls=net_cls)
+    val_flops = flops_per_image(net_config, height, width, training=False, net_cls=net_cls)
     peak = peak_flops(device, precision)
     return {
         "train_images_per_s": None if train_images_per_s is None else float(train_images_per_s),

@@ -53,7 +53,14 @@ class RunMeasurement:
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.run_start = time.perf_counter()
         if self.sampler is not None:
+            if gpu_index is None:
+                self.sampler.notes.append("GPU: none visible to torch; GPU utilization and memory not sampled")
             self.sampler.start()
+
+    def hardware_notes(self) -> list[str]:
+        """What the measurement cannot see on this machine (no GPU, no NVML, NVML 'not supported'),
+        known once the sampler started; printed at the start and kept in results.json."""
+        return [] if self.sampler is None else list(self.sampler.notes)
 
     def make_logger(self, run_dir: Path) -> TensorBoardLogger:
         options = dict(save_dir=run_dir, name="", version="", default_hp_metric=False)
@@ -127,6 +134,7 @@ class RunMeasurement:
                 *module_input_size(trainer),
                 trainer.strategy.root_device,
                 str(trainer.precision),
+                net_cls=type(module.net),  # the U-Net, or the CPU study's CNN
             )
         gpu_percent = results["resources"].get("gpu_util_mean_percent")
         results["verdict"] = verdict(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from segperf.perf.counters import format_counters
 from segperf.perf.machine import format_header, format_mib, format_percent_of_cores, format_usage
 
 WIDTH = 92
@@ -47,13 +48,9 @@ def format_run_summary(results: dict[str, Any]) -> str:
     top = [
         _kv("Status", status),
         _kv("Data", f"{dataset.get('root', 'n/a')}"),
-        _kv(
-            "",
-            f"{dataset.get('images', 0):,} datapoints ({dataset.get('train_images', 0):,} train, "
-            f"{dataset.get('val_images', 0):,} val), {dataset.get('cars', 0):,} cars "
-            f"({dataset.get('train_cars', 0):,} train, {dataset.get('val_cars', 0):,} val)",
-        ),
+        _kv("", _dataset_counts(dataset)),
         _kv("Device / precision", f"{results.get('device', 'n/a')} / {results.get('precision', 'n/a')}"),
+        _kv("Torch threads", f"{results['torch_threads']} intra-op" if results.get("torch_threads") else "n/a"),
         _kv("Wall clock time", _num((results.get("accounted") or {}).get("run_wall_s"), ",.1f", " s")),
         _kv("Samples", f"{res.get('samples', 0):,} @ {res.get('interval_s', 0) * 1000:.0f} ms"),
         _kv(
@@ -66,8 +63,8 @@ def format_run_summary(results: dict[str, Any]) -> str:
         _kv("Peak torch allocated", _mib(res.get("peak_allocated_bytes"))),
         _kv("Peak torch reserved", _mib(res.get("peak_reserved_bytes"))),
         _kv("Trained on", f"{train.get('images', 0):,} images in {train.get('steps', 0):,} steps"),
-        _kv("Val pixel accuracy", _num(quality.get("val_pixel_accuracy"), ".4f")),
-        _kv("Val Dice", _num(quality.get("val_dice"), ".4f")),
+        *_progress_rows(results),
+        *_quality_rows(quality),
     ]
     lines += _section("Top-line statistics", top)
     lines += [RULE, "Per-phase statistics", _phase_table(results)]
@@ -77,6 +74,8 @@ def format_run_summary(results: dict[str, Any]) -> str:
     if ops:
         title = f"Torch operations over {ops['steps']} steps (from step {ops['first_step']}; incl. profiler overhead)"
         lines += _section(title, [ops["table"].rstrip(), f"trace: {ops['trace_dir']}"])
+    if "counters" in results:
+        lines += _section("Hardware counters (perf stat)", format_counters(results["counters"]))
     verdict = results.get("verdict") or {}
     lines += _section("Verdict", [verdict.get("text", "n/a")])
     notes = [
@@ -89,6 +88,26 @@ def format_run_summary(results: dict[str, Any]) -> str:
     ]
     lines += _section("Notes", notes) + [RULE]
     return "\n".join(lines) + "\n"
+
+
+def _dataset_counts(dataset: dict[str, Any]) -> str:
+    text = (
+        f"{dataset.get('images', 0):,} datapoints ({dataset.get('train_images', 0):,} train, "
+        f"{dataset.get('val_images', 0):,} val)"
+    )
+    if "classes" in dataset:  # MNIST: classes, not cars
+        return text + f", {dataset['classes']} classes"
+    cars = f"{dataset.get('train_cars', 0):,} train, {dataset.get('val_cars', 0):,} val"
+    return text + f", {dataset.get('cars', 0):,} cars ({cars})"
+
+
+def _quality_rows(quality: dict[str, Any]) -> list[str]:
+    if "val_accuracy" in quality:  # the CPU study's classifier
+        return [_kv("Val accuracy", _num(quality.get("val_accuracy"), ".4f"))]
+    return [
+        _kv("Val pixel accuracy", _num(quality.get("val_pixel_accuracy"), ".4f")),
+        _kv("Val Dice", _num(quality.get("val_dice"), ".4f")),
+    ]
 
 
 def _gpu_memory(peak: int | None, machine: dict[str, Any]) -> str:
@@ -142,12 +161,33 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
     return [
         _kv("Train images/s", _num(train.get("images_per_s"), ",.2f")),
         _kv("Val images/s", _num(train.get("val_images_per_s"), ",.2f")),
-        _kv("Train GFLOP per image", _num(_scale(tp.get("train_flops_per_image"), 1e-9), ",.1f")),
+        _kv("Train GFLOP per image", _gflop(tp.get("train_flops_per_image"))),
         _kv("Achieved TFLOP/s", _num(_scale(tp.get("achieved_train_flops_per_s"), 1e-12), ",.3f")),
         _kv("Peak TFLOP/s", _num(_scale(tp.get("peak_flops_per_s"), 1e-12), ",.1f")),
         _kv("MFU", "n/a (no known peak for this device)" if mfu is None else f"{mfu:.1%}"),
     ]
 
 
+def _gflop(flops: float | None) -> str:
+    """87.5 for the U-Net, 0.0250 for the CPU study's CNN: small nets keep their digits."""
+    return _num(_scale(flops, 1e-9), ",.1f" if flops is None or flops >= 1e9 else ".4f")
+
+
 def _scale(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
+
+
+def _progress_rows(results: dict[str, Any]) -> list[str]:
+    """Where the run stands in its planned steps: shown when it was resumed or did not finish."""
+    progress = results.get("progress") or {}
+    resumed = results.get("resumed") or {}
+    if not progress or (results.get("status") == "completed" and not resumed):
+        return []
+    text = f"step {progress['steps_done']:,} of {progress['steps_total']:,}"
+    text += f" ({progress['images_done']:,} of {progress['images_total']:,} images)"
+    if resumed:
+        text += f"; resumed at step {resumed['from_step']:,}"
+    rows = [_kv("Progress", text)]
+    if results.get("resume_command"):
+        rows.append(_kv("Resume with", results["resume_command"]))
+    return rows

@@ -140,7 +140,8 @@ def verdict(
         if not on_gpu:
             text = (
                 f"compute-bound on the CPU: {_pct(step_share)} of steady-state time in train_step; "
-                "a GPU or a smaller model/image size is the lever (upsample=deconv cuts FLOPs by about a quarter)."
+                "a GPU, a larger batch_size or a smaller model/image size is the lever (for the U-Net, "
+                "upsample=deconv cuts FLOPs by about a quarter)."
             )
         elif gpu is not None and gpu < t["gpu_busy_low"]:
             text = (
