@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(firstword $(TORCH))" $(wordlist 2,99,$(TORCH))
-	$(BIN)/python -m pip install --quiet -e ".[dev,onnx]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,onnx,slurm]"
 	touch $@
 
 demo: setup  ## the main job: a baseline training run on the built-in data

@@ -96,11 +96,13 @@ def test_a_slow_loader_shows_as_data_wait_and_a_data_bound_verdict(tmp_path, tin
     decode = CarvanaDataset.__getitem__
 
     def slow_decode(self, index):
-        time.sleep(0.25)  # a slow disk or decoder
+        # a slow disk or decoder: 2.4 s per batch of 4, well above a tiny step even on a busy
+        # 2-core machine (where one step has taken up to 1.2 s)
+        time.sleep(0.6)
         return decode(self, index)
 
     monkeypatch.setattr(CarvanaDataset, "__getitem__", slow_decode)
-    results = train(tiny_cfg("train_images=24", "val_every_images=1000"), tmp_path)
+    results = train(tiny_cfg("train_images=16", "val_every_images=1000"), tmp_path)
     phases = results["phases"]
     assert phases["data_wait"]["wall_s"] > phases["train_step"]["wall_s"]
     assert results["jitter"]["starved"]["fraction"] == 1.0

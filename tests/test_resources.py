@@ -200,6 +200,7 @@ def test_torch_memory_is_none_off_cuda():
 def test_machine_info_and_header():
     info = machine_info()
     keys = "cpu_model cpu_cores cpu_threads cpu_available ram_mib gpus torch python hostname platform".split()
+    keys += "gpu_count nvidia_driver cuda cudnn versions".split()  # what makes timings comparable across machines
     assert sorted(info) == sorted(keys)
     assert 1 <= info["cpu_available"] <= info["cpu_threads"] and info["cpu_cores"] <= info["cpu_threads"]
     header = format_header(info)

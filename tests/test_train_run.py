@@ -106,6 +106,10 @@ def test_results_record_the_setting_of_every_axis(baseline_run):
         "compile": False,
         "precision": "32-true",
         "threads": None,
+        "decode": "full",
+        "cache": "off",
+        "augment": "off",
+        "cold_cache": False,
         "batch_size": 4,
         "train_images": 12,
     }

@@ -3,7 +3,9 @@
 It reads only the jobs' results.json files and never runs anything, so it can be re-run any
 time (and on another machine) after a sweep. Configurations are compared by the median over
 their repeats, and a speed-up whose min–max range overlaps the baseline's is marked "~": on a
-busy machine a 5% "gain" between single runs is often noise, and the report should say so.
+busy machine a 5% "gain" between single runs is often noise, and the report should say so. Runs
+from machines that differ (host, GPU, driver, library versions) are flagged at the top, and no
+speed-up is computed across them unless `--allow-mixed-machines` is given.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from segperf import report_charts as charts
+from segperf.comparability import mixed_machines_warning
 from segperf.report_charts import fmt_num, speedup_text
 from segperf.sweep import Configuration, Spread, Stat, Sweep, SweepError, load_sweep, speedup
 
@@ -137,7 +140,7 @@ def repeats_section(configs: list[Configuration], baseline: Configuration | None
     if baseline is not None and fastest is not None and fastest is not baseline:
         ratio = fmt_speedup(fastest, baseline, path).rstrip("×")
         lines += [f"Summary: `{fastest.label}` ran **{ratio} times faster** than `{baseline.label}`.", ""]
-    elif fastest is not None:
+    elif fastest is not None and baseline is not None:
         lines += [f"Summary: the baseline, `{fastest.label}`, is the fastest configuration.", ""]
     lines += [
         "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
@@ -192,14 +195,14 @@ def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configu
     return md_table(headers, rows, right=right)
 
 
-def inference_table(configs: list[Configuration]) -> list[str]:
+def inference_table(configs: list[Configuration], ratios: bool = True) -> list[str]:
     headers = ["configuration", "runs", "end-to-end images/s", "ratio", "model-only images/s", "ratio"]
     headers += ["agreement vs fp32", "Dice vs fp32"]
     rows = []
     for c in configs:
         row = [c.label, _runs_cell(c)]
         for path in ("inference.end_to_end_images_per_s", "inference.model_images_per_s"):
-            row += [fmt_range(c.stat(path)), speedup_text(c, configs[0], path)]
+            row += [fmt_range(c.stat(path)), speedup_text(c, configs[0] if ratios else None, path)]
         for path in ("quality.agreement_vs_fp32", "quality.dice_vs_fp32"):
             v = c.stat(path).median
             row.append("n/a" if v is None else f"{v:.4f}")
@@ -233,15 +236,21 @@ def verdict_section(configs: list[Configuration]) -> list[str]:
     return [*lines, ""]
 
 
-def build_report(sweep: Sweep, out_dir: str | Path, charts_too: bool = True) -> Path:
+def build_report(
+    sweep: Sweep, out_dir: str | Path, charts_too: bool = True, allow_mixed_machines: bool = False
+) -> Path:
     """Write report.md and the charts into out_dir; return the report's path. `charts_too=False`
-    writes only the markdown (a quick look from a notebook, or tests of the tables)."""
+    writes only the markdown (a quick look from a notebook, or tests of the tables). Speed-ups
+    across runs from different machines are n/a unless `allow_mixed_machines`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train = sweep.configurations("train")
     infer = sweep.configurations("inference")
     n_ok = len(sweep.runs) - len(sweep.failed)
     lines = [f"# Sweep report: {sweep.path.resolve()}", ""]
+    differences = sweep.machine_differences()
+    ratios = allow_mixed_machines or not differences
+    lines += mixed_machines_warning(differences, allow_mixed_machines)
     lines += [
         f"{len(sweep.runs)} jobs ({n_ok} completed, {len(sweep.failed)} failed) in "
         f"{len(train) + len(infer)} configurations; read from results.json files, nothing was re-run.",
@@ -255,13 +264,17 @@ def build_report(sweep: Sweep, out_dir: str | Path, charts_too: bool = True) -> 
             "",
         ]
     if any(c.ok_runs for c in train):
-        baseline = baseline_of(train)
+        baseline = baseline_of(train) if ratios else None
         lines += ["## Training", ""]
         lines += training_table(sweep, train, baseline)
         lines += [
             "",
-            f"Speed-up: ratio of median images/s to the baseline, `{baseline.label if baseline else 'n/a'}`. "
-            "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
+            (
+                f"Speed-up: ratio of median images/s to the baseline, `{baseline.label if baseline else 'n/a'}`. "
+                if ratios
+                else "Speed-up: not computed, the runs come from different machines (see the warning above). "
+            )
+            + "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
             "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off. "
             + (
                 "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
@@ -282,7 +295,7 @@ def build_report(sweep: Sweep, out_dir: str | Path, charts_too: bool = True) -> 
             ]
             lines += [line for title, path in made for line in (f"![{title}]({path.name})", "")]
     if any(c.ok_runs for c in infer):
-        lines += ["## Inference", "", *inference_table(infer), ""]
+        lines += ["## Inference", "", *inference_table(infer, ratios), ""]
         if charts_too:
             lines += [f"![Inference throughput]({charts.inference_throughput(infer, out).name})", ""]
     lines += failed_section(sweep)
@@ -299,10 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("sweep_dir", type=Path, help="multirun/<date>/<time> folder, or one run's folder")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep folder)")
+    parser.add_argument(
+        "--allow-mixed-machines",
+        action="store_true",
+        help="compute speed-ups even when the runs come from different machines (host, GPU, driver, versions)",
+    )
     args = parser.parse_args(argv)
     try:
         sweep = load_sweep(args.sweep_dir)
-        path = build_report(sweep, args.out or args.sweep_dir)
+        path = build_report(sweep, args.out or args.sweep_dir, allow_mixed_machines=args.allow_mixed_machines)
     except (SweepError, OSError) as exc:
         print(f"segperf.report: error: {exc}", file=sys.stderr)
         return 1

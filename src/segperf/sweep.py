@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from segperf.comparability import describe_machine, differences
+
 REPEAT_KEYS = {"seed", "repeat"}  # what varies between repeats of one configuration
 _JOB_DIR = re.compile(r"^(\d+)(?:_(.*))?$")  # hydra.sweep.subdir: <job-num>_<override_dirname>
 
@@ -125,21 +127,6 @@ def _hashable(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
 
 
-def describe_machine(machine: dict | None) -> str | None:
-    """One line naming host, CPU, GPUs and torch: what makes timings comparable or not."""
-    if not isinstance(machine, dict) or not machine:
-        return None
-    cores, threads = machine.get("cpu_cores"), machine.get("cpu_threads")
-    cpu = f"{machine.get('cpu_model') or 'unknown CPU'} ({cores or '?'} cores"
-    cpu += f", {threads} threads)" if threads and threads != cores else ")"
-    gpus = Counter(
-        f"{g.get('name', 'GPU')}" + (f" {g['memory_mib'] / 1024:.0f} GiB" if g.get("memory_mib") else "")
-        for g in machine.get("gpus") or []
-    )
-    gpu = ", ".join(f"{n}x {name}" if n > 1 else name for name, n in gpus.items()) or "no GPU"
-    return f"{machine.get('hostname') or 'unknown host'}: {cpu}, {gpu}, torch {machine.get('torch') or '?'}"
-
-
 @dataclass
 class Run:
     """One job of a sweep: its results (empty when it crashed before writing them)."""
@@ -153,6 +140,7 @@ class Run:
     config_key: tuple
     label: str = "run"
     overrides: tuple = ()  # (key, value) pairs from the dir name, seed/repeat removed
+    machine_extra: tuple = ()  # fingerprint fields the sweep's machines differ in, shown in `machine`
 
     @property
     def ok(self) -> bool:
@@ -169,7 +157,7 @@ class Run:
 
     @property
     def machine(self) -> str | None:
-        return describe_machine(self.results.get("machine"))
+        return describe_machine(self.results.get("machine"), self.machine_extra)
 
     def get(self, dotted: str) -> Any:
         return get_path(self.results, dotted)
@@ -252,6 +240,11 @@ class Sweep:
         """Distinct machine descriptions in job order (runs that recorded none are left out)."""
         return list(dict.fromkeys(m for r in self.runs if (m := r.machine)))
 
+    def machine_differences(self) -> dict[str, list[str]]:
+        """What differs between the machines of the completed runs (host, GPU, driver, library versions); {} when
+        every run recorded the same (segperf.comparability)."""
+        return differences([r.results.get("machine") for r in self.runs if r.ok])
+
     def configurations(self, kind: str | None = None) -> list[Configuration]:
         """Repeats grouped by config_key, in first-job order. `kind` ("train"/"inference") filters.
 
@@ -325,4 +318,8 @@ def load_sweep(sweep_dir: str | Path) -> Sweep:
         raise SweepError(f"no runs in {root}: expected <job>/results.json below it or a results.json in it")
     runs.sort(key=lambda r: r.job)
     _label_runs(runs)
-    return Sweep(root, runs)
+    sweep = Sweep(root, runs)
+    extra = tuple(differences([r.results.get("machine") for r in runs]))
+    for run in runs:  # machines that differ only in, say, numpy get lines that say so
+        run.machine_extra = extra
+    return sweep

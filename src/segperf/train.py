@@ -209,6 +209,11 @@ def axis_settings(cfg: DictConfig) -> dict[str, Any]:
         "compile": cfg.model.compile,
         "precision": cfg.trainer.precision,
         "threads": cfg.num_threads,
+        # the data pipeline (Carvana): None for a workload without these keys
+        "decode": OmegaConf.select(cfg, "data.decode"),
+        "cache": OmegaConf.select(cfg, "data.cache"),
+        "augment": OmegaConf.select(cfg, "data.augment"),
+        "cold_cache": OmegaConf.select(cfg, "data.cold_cache"),
         "batch_size": cfg.batch_size,
         "train_images": cfg.train_images,
     }
@@ -277,4 +282,9 @@ def cli() -> None:
 
 
 if __name__ == "__main__":
-    cli()
+    # Run the entry point of the imported module, not of `__main__`: launchers that pickle the
+    # task function (hydra-submitit-launcher) pickle a `__main__` function with all of this
+    # module's globals, and torch.backends.cudnn does not pickle; an imported one goes by name.
+    from segperf.train import cli as imported_cli
+
+    imported_cli()

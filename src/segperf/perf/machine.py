@@ -4,6 +4,9 @@ sampler), and the number formats the tables share.
 
 `cpu_available` (the process's CPU affinity) is reported next to the core count because containers and job schedulers
 often hand a run fewer CPUs than the machine has, and "126% of 1,200%" only means something against what was usable.
+
+`machine_info` also records what makes timings comparable across machines (host, GPUs, NVIDIA driver, CUDA/cuDNN,
+library versions): the report compares only runs whose records agree (segperf.sweep.machine_differences).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import platform
 import socket
 import time
+from importlib import metadata
 from typing import Any
 
 import psutil
@@ -20,6 +24,8 @@ _MIB = 2**20
 _PROC_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, OSError)  # psutil.ZombieProcess is a NoSuchProcess
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# distributions whose version changes timings (kernels, loaders, decoders); recorded as `versions`
+LIBRARIES = ("torch", "lightning", "torchmetrics", "hydra-core", "numpy", "pillow", "albumentations")
 _FAST_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # Linux, CONFIG_PROC_CHILDREN
 
 
@@ -53,6 +59,50 @@ def _gpus() -> list[dict[str, Any]]:
         return []
 
 
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version ("570.124.06") through NVML; None without NVML or a driver (no GPU, a CPU box)."""
+    try:
+        import pynvml as nvml
+    except ImportError:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded: no NVIDIA driver here
+        return None
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _cuda_versions() -> tuple[str | None, int | None]:
+    """(CUDA version torch was built with, cuDNN version it loads); None where this torch has none (CPU build)."""
+    try:
+        import torch
+
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return torch.version.cuda, cudnn
+    except Exception:
+        return None, None
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of python and LIBRARIES; None for one that is not installed."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
 def machine_info() -> dict[str, Any]:
     threads = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     try:
@@ -65,15 +115,22 @@ def machine_info() -> dict[str, Any]:
         torch_version = torch.__version__
     except ImportError:
         torch_version = None
+    gpus = _gpus()
+    cuda, cudnn = _cuda_versions()
     return {
         "cpu_model": _cpu_model(),
         "cpu_cores": psutil.cpu_count(logical=False) or threads,
         "cpu_threads": threads,
         "cpu_available": available,
         "ram_mib": psutil.virtual_memory().total // _MIB,
-        "gpus": _gpus(),
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "nvidia_driver": nvidia_driver() if gpus else None,
+        "cuda": cuda,
+        "cudnn": cudnn,
         "torch": torch_version,
         "python": platform.python_version(),
+        "versions": library_versions(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
     }
