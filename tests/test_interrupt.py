@@ -213,3 +213,31 @@ def test_a_crash_while_writing_results_leaves_the_previous_results_intact(tmp_pa
         results_module.write_json_atomic(path, {"status": "completed"})
     assert json.loads(path.read_text()) == {"status": "interrupted"}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_sigterm_outside_the_training_loop_raises_like_ctrl_c_and_inside_leaves_it_to_lightning():
+    from segperf.checkpoints import Terminated, TerminateOutsideTraining
+
+    guard = TerminateOutsideTraining()
+    with pytest.raises(Terminated):
+        guard.handle(signal.SIGTERM, None)
+    guard.on_train_start(None, None)
+    assert guard.handle(signal.SIGTERM, None) is None  # Lightning stops after the current step
+    guard.on_train_end(None, None)
+    with pytest.raises(Terminated):
+        guard.handle(signal.SIGTERM, None)
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_data_is_checked_still_writes_an_interrupted_record(tmp_path, tiny_carvana):
+    run_dir = tmp_path / "run"
+    proc = start_run(run_dir, tiny_carvana)
+    for line in proc.stdout:  # the sample check runs before the first training step
+        if line.startswith("Checked "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 143, out[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert (results["status"], results["interrupted_by"]) == ("interrupted", "SIGTERM")
+    assert "Traceback" not in out

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -39,7 +41,9 @@ class InterruptCheckpoint(Checkpoint):
         self.signal: str | None = None  # "SIGINT" / "SIGTERM" once the run was stopped by one
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, KeyboardInterrupt):
+        if isinstance(exception, Terminated):  # SIGTERM outside the loop (TerminateOutsideTraining)
+            self.signal = "SIGTERM"
+        elif isinstance(exception, KeyboardInterrupt):
             self.signal = "SIGINT"
         elif isinstance(exception, SIGTERMException):
             self.signal = "SIGTERM"
@@ -89,3 +93,40 @@ def load_weights_only(path, map_location: Any = "cpu") -> dict[str, Any]:
             f"{path}: refused to load, it needs arbitrary unpickling, which can run code ({first}). "
             "Load only checkpoints written by segperf or another source you trust."
         ) from error
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside Lightning's training loop, raised like Ctrl-C so that the same paths record
+    the run as interrupted (a KeyboardInterrupt subclass: Lightning handles it as one too)."""
+
+
+class TerminateOutsideTraining(Callback):
+    """SIGTERM before the first or after the last training step (data checks, cache fill, model
+    set-up, the final validation) would end the process with nothing written: Lightning only
+    handles SIGTERM inside its training loop (it stops after the current step). This handler
+    turns it into `Terminated` there, and stays quiet inside the loop, where Lightning's own
+    handler (which calls this one too) does the graceful stop."""
+
+    def __init__(self) -> None:
+        self.in_training_loop = False
+        self._previous: Any = None
+
+    def install(self) -> TerminateOutsideTraining:
+        if threading.current_thread() is threading.main_thread():  # signals go to the main thread only
+            self._previous = signal.signal(signal.SIGTERM, self.handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def handle(self, signum, frame) -> None:
+        if not self.in_training_loop:
+            raise Terminated("SIGTERM")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.in_training_loop = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.in_training_loop = False

@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.adapt import adapt_to_machine, adjustment_notice
-from segperf.checkpoints import AtomicCheckpointIO, InterruptCheckpoint
+from segperf.checkpoints import AtomicCheckpointIO, InterruptCheckpoint, Terminated, TerminateOutsideTraining
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError, explain, is_worker_error
 from segperf.model.unet import UNet, describe
@@ -79,6 +79,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         print(f"segperf: note: {note}")
     datamodule = module = trainer = ops = counters = None
     stopper = InterruptCheckpoint(run_dir / "checkpoints")
+    terminate = TerminateOutsideTraining().install()
     try:
         with measurement.span("define_model"):
             datamodule = instantiate(cfg.data)
@@ -96,7 +97,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         checkpoint = ModelCheckpoint(
             dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False
         )
-        callbacks = [measurement.clock, checkpoint, stopper]
+        callbacks = [measurement.clock, checkpoint, stopper, terminate]
         if cfg.perf.ops_steps:
             ops = OperatorProfile(run_dir, steps=cfg.perf.ops_steps, skip_steps=cfg.warmup_steps)
             callbacks.append(ops)
@@ -130,11 +131,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             results["interrupted_by"] = stopper.signal
         else:
             record_failure(results, error)
+            if isinstance(error, Terminated):  # before the trainer ran
+                results["error"], results["interrupted_by"] = "interrupted by SIGTERM", "SIGTERM"
             if is_worker_error(error):
                 results["error"] = explain(error)  # the file, not the worker's traceback
         if not isinstance(error, SystemExit) or stopper.signal is None:
             raise
     finally:
+        terminate.uninstall()
         measurement.finish(results, trainer, module)
         if ops is not None and ops.result is not None:
             results["ops"] = ops.result
@@ -187,7 +191,7 @@ def finish_results(results: dict[str, Any], cfg: DictConfig, trainer, datamodule
     }
     if "resumed" in results:
         results["resumed"]["from_step"] = trainer.global_step - results["train"].get("steps", 0)
-    if results["status"] == "interrupted":
+    if results["status"] == "interrupted" and any((run_dir / "checkpoints").glob("*.ckpt")):
         results["resume_command"] = resume_command(run_dir)
     results["device"] = str(trainer.strategy.root_device)
     results["precision"] = trainer.precision
@@ -245,9 +249,9 @@ def main(cfg: DictConfig) -> None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         results = train(cfg, run_dir)
-    except KeyboardInterrupt:  # before or after the trainer ran (it handles Ctrl-C itself)
+    except KeyboardInterrupt as error:  # before or after the trainer ran (it handles Ctrl-C itself)
         print("segperf: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(143 if isinstance(error, Terminated) else 130) from None
     except Exception as error:
         if not multirun:
             if isinstance(error, SegperfError) or is_worker_error(error):
@@ -262,7 +266,10 @@ def main(cfg: DictConfig) -> None:
         return
     if results["status"] == "interrupted":
         # stops a sweep too: Ctrl-C means stop
-        print(f"segperf: interrupted; resume with: {results['resume_command']}", file=sys.stderr)
+        if "resume_command" in results:
+            print(f"segperf: interrupted; resume with: {results['resume_command']}", file=sys.stderr)
+        else:
+            print("segperf: interrupted before the first checkpoint; start the run again", file=sys.stderr)
         raise SystemExit(143 if results.get("interrupted_by") == "SIGTERM" else 130)
 
 
