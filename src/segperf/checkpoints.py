@@ -15,10 +15,8 @@ loaded without unpickling code.
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from segperf.errors import SegperfError
+from segperf.perf.results import write_atomic
 
 
 class UnsafeCheckpointError(SegperfError):
@@ -66,18 +65,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("storage_options are not supported for local checkpoints")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, lambda f: torch.save(checkpoint, f))
 
     def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         return load_weights_only(path, map_location=map_location or "cpu")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from segperf.errors import SegperfError
 
@@ -44,12 +44,11 @@ class SyntheticSchema:
 
 
 @dataclass
-class DataSchema:
-    _target_: str = "segperf.data.datamodule.CarvanaDataModule"
+class LoaderSchema:
+    """What every data option has: where the data is, the run size, and the DataLoader axes."""
+
+    _target_: str = MISSING
     root: str | None = None
-    height: int = 256
-    width: int = 384
-    holdout_frac: float = 0.2
     train_images: int = MISSING
     val_images: int = MISSING
     batch_size: int = MISSING
@@ -58,10 +57,20 @@ class DataSchema:
     prefetch_factor: int | None = None
     pin_memory: bool = False
     persistent_workers: bool = True
-    on_bad_sample: str = "raise"
+    # the Carvana pipeline's axes; their groups set them for every workload (problems_in and the
+    # other data modules accept only the baselines)
     decode: str = "full"
     cache: str = "off"
     augment: str = "off"
+
+
+@dataclass
+class DataSchema(LoaderSchema):
+    _target_: str = "segperf.data.datamodule.CarvanaDataModule"
+    height: int = 256
+    width: int = 384
+    holdout_frac: float = 0.2
+    on_bad_sample: str = "raise"
     cold_cache: bool = False
     synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)
 
@@ -95,21 +104,8 @@ class BuiltinDigitsSchema:
 
 
 @dataclass
-class MnistSchema:
+class MnistSchema(LoaderSchema):
     _target_: str = "segperf.data.mnist.MnistDataModule"
-    root: str | None = None
-    train_images: int = MISSING
-    val_images: int = MISSING
-    batch_size: int = MISSING
-    seed: int = 0
-    num_workers: int = 0
-    prefetch_factor: int | None = None
-    pin_memory: bool = False
-    persistent_workers: bool = True
-    # set by the Carvana pipeline's groups for every workload; only their baselines apply (problems_in)
-    decode: str = "full"
-    cache: str = "off"
-    augment: str = "off"
     builtin: BuiltinDigitsSchema = field(default_factory=BuiltinDigitsSchema)
 
 
@@ -236,7 +232,7 @@ def problems_in(cfg: DictConfig) -> list[str]:
             "held out for validation, e.g. 0.2"
         )
     for key, allowed in CHOICES.items():
-        value = _select(cfg, key)
+        value = OmegaConf.select(cfg, key, default=_ABSENT)  # absent: not this workload's key
         if value is not _ABSENT and value not in allowed:
             problems.append(f"{key}={value!r}: use one of {', '.join(allowed)}")
     precision = cfg.trainer.precision
@@ -268,16 +264,6 @@ def problems_in(cfg: DictConfig) -> list[str]:
 
 
 _ABSENT = object()
-
-
-def _select(cfg: DictConfig, key: str) -> Any:
-    """The value at a dotted key, or _ABSENT where this workload's config has no such key."""
-    node: Any = cfg
-    for part in key.split("."):
-        if part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
 
 
 def check_settings(cfg: DictConfig) -> None:

@@ -5,29 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, Subset
+from torch.utils.data import SequentialSampler, Subset
 
 from segperf.data.augment import DeviceAugment, HostAugment, check_augment, seed_worker
+from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, cache_key, check_cache, get_cache
 from segperf.data.checks import apply_policy, check_samples
 from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.dataset import CarvanaDataset
 from segperf.data.decode import check_decode
 from segperf.data.layout import Split, find_samples, split_by_car
-from segperf.data.prefetch import ThreadPrefetchLoader
-from segperf.data.resumable import ResumableLoader, SkippingSampler
 from segperf.data.synthetic import ensure_synthetic
 from segperf.errors import DataSizeError
 
 
-def evenly_spaced(n: int, k: int) -> list[int]:
-    """k indices spread over range(n): a validation subset that covers many cars, deterministically."""
-    return [(i * n) // k for i in range(k)]
-
-
-class CarvanaDataModule(L.LightningDataModule):
+class CarvanaDataModule(RunDataModule):
     """Kaggle-layout data from `root`, or the built-in synthetic set when `root` is None.
 
     One training "epoch" is the whole run: a sampler draws `train_images` indices from
@@ -40,6 +33,9 @@ class CarvanaDataModule(L.LightningDataModule):
     DataLoaders), `augment` (off | basic, training only, segperf.data.augment) and `cold_cache`
     (drop the data files from the OS page cache in `setup`, segperf.data.cold).
     """
+
+    # seeds each worker, including the augmentation's own generator (segperf.data.augment)
+    worker_init_fn = staticmethod(seed_worker)
 
     def __init__(
         self,
@@ -151,25 +147,6 @@ class CarvanaDataModule(L.LightningDataModule):
         }
 
     # -- loaders ----------------------------------------------------------------------------
-    def _loader(self, dataset, sampler=None):
-        workers = self.num_workers
-        loader = DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            num_workers=workers,
-            pin_memory=self.pin_memory,
-            # with workers, prefetch_factor is DataLoader's own; without, see ThreadPrefetchLoader
-            prefetch_factor=self.prefetch_factor if workers else None,
-            # re-spawning workers (and their imports) at every validation would be timed as data wait
-            persistent_workers=self.persistent_workers and workers > 0,
-            # seeds each worker, including the augmentation's own generator (segperf.data.augment)
-            worker_init_fn=seed_worker if workers else None,
-        )
-        if workers == 0 and self.prefetch_factor:
-            return ThreadPrefetchLoader(loader, self.prefetch_factor)
-        return loader
-
     def _dataset(self, samples, label: str, train: bool = False) -> CarvanaDataset:
         """`samples` decoded as configured; with cache=memory, served from a cache filled now;
         augmented on the host for training unless the device does it (cache=device)."""
@@ -196,19 +173,12 @@ class CarvanaDataModule(L.LightningDataModule):
     def train_dataloader(self):
         assert self.split is not None, "call setup() first"
         dataset = self._dataset(self.split.train, "train", train=True)
-        generator = torch.Generator().manual_seed(self.seed)
-        # seeded order; on resume the sampler skips what the interrupted run already trained on
-        sampler = SkippingSampler(RandomSampler(dataset, num_samples=self.train_images, generator=generator))
+        sampler = self._train_sampler(dataset)
         if self.cache == "device":
             loader = self._device_batches(dataset, "train", sampler, train=True)
         else:
             loader = self._loader(dataset, sampler)
-        return ResumableLoader(loader, sampler, self.batch_size, self._batches_done)
-
-    def _batches_done(self) -> int:
-        """Training batches the trainer completed in this run (what a checkpoint has trained on)."""
-        trainer = self.trainer
-        return 0 if trainer is None else trainer.fit_loop.epoch_loop.batch_progress.current.completed
+        return self._resumable(loader, sampler)
 
     def val_dataloader(self):
         assert self.split is not None, "call setup() first"

@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import time
-import uuid
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from segperf.data.folders import build_folder, ensure_folder
 from segperf.data.idx import write_idx
 
 SIDE = 28  # MNIST's image side
@@ -113,41 +112,27 @@ def render_digits(count: int, seed: int, fonts: list[Path] | None = None) -> tup
 def generate(out: str | Path, train: int = 60000, test: int = 10000, seed: int = 0) -> Path:
     """Write the four MNIST IDX files into a new folder `out`, atomically (a hidden sibling
     folder renamed into place: `out` is either absent or complete)."""
-    out = Path(out).expanduser()
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} already exists and is not empty; delete it or pick another path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        tmp.mkdir()
+
+    def render(tmp: Path) -> None:
         for split_seed, (split, count) in enumerate((("train", train), ("test", test))):
             images, labels = render_digits(count, seed * 2 + split_seed)
             images_file, labels_file = FILES[split]
             write_idx(tmp / images_file, images)
             write_idx(tmp / labels_file, labels)
-        try:
-            os.rename(tmp, out)
-        except OSError as error:
-            raise FileExistsError(f"{out} was created by someone else while generating") from error
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    return build_folder(out, render)
 
 
 def ensure_builtin(cache_dir: str | Path, train: int = 60000, test: int = 10000, seed: int = 0) -> Path:
     """The built-in digits for these counts, seed and this machine's fonts; rendered on first use."""
     name = f"mnist-builtin-v1-train{train}-test{test}-seed{seed}-fonts{font_set_id(system_fonts())}"
     path = Path(cache_dir).expanduser() / name
-    if not (path / FILES["test"][1]).is_file():  # the rename is atomic: a present folder is complete
-        start = time.perf_counter()
-        print(f"segperf: rendering {train + test:,} built-in MNIST-format digits into {path} ...", end="", flush=True)
-        try:
-            generate(path, train, test, seed)
-        except FileExistsError:
-            if not (path / FILES["test"][1]).is_file():  # a racing process won: its folder is complete
-                raise
-        print(f" done in {time.perf_counter() - start:.1f} s", flush=True)
-    return path
+    return ensure_folder(
+        path,
+        path / FILES["test"][1],  # the last file written
+        lambda: generate(path, train, test, seed),
+        f"rendering {train + test:,} built-in MNIST-format digits",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import Dataset
 
+from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.digits import FILES, SIDE, ensure_builtin
 from segperf.data.idx import IdxFormatError, read_idx
-from segperf.data.prefetch import ThreadPrefetchLoader
-from segperf.data.resumable import ResumableLoader, SkippingSampler
 from segperf.errors import DataLayoutError, DataSizeError
 
 
@@ -67,7 +65,7 @@ class DigitsSplit:
     val: DigitsDataset
 
 
-class MnistDataModule(L.LightningDataModule):
+class MnistDataModule(RunDataModule):
     """Trains on MNIST's training file and validates on `val_images` evenly spaced images of its
     test file. One training "epoch" is the whole run: `train_images` drawn from successive
     shuffles of the training split, as for Carvana.
@@ -127,7 +125,7 @@ class MnistDataModule(L.LightningDataModule):
                 f"val_images={self.val_images} is more than the {len(test[1]):,} test images of {root}; "
                 f"use val_images<={len(test[1])}."
             )
-        picked = [(i * len(test[1])) // self.val_images for i in range(self.val_images)]
+        picked = evenly_spaced(len(test[1]), self.val_images)
         self.split = DigitsSplit(DigitsDataset(*train), DigitsDataset(test[0][picked], test[1][picked]))
         self.resolved_root, self.test_images = root, len(test[1])
         print(f"Loaded MNIST-format digits from {root}: {len(train[1]):,} train, {len(test[1]):,} test images.")
@@ -146,31 +144,10 @@ class MnistDataModule(L.LightningDataModule):
             "classes": 10,
         }
 
-    def _loader(self, dataset: Dataset, sampler=None):
-        workers = self.num_workers
-        loader = DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            num_workers=workers,
-            pin_memory=self.pin_memory,
-            prefetch_factor=self.prefetch_factor if workers else None,
-            persistent_workers=self.persistent_workers and workers > 0,
-        )
-        if workers == 0 and self.prefetch_factor:  # prefetch=on without workers: a background thread
-            return ThreadPrefetchLoader(loader, self.prefetch_factor)
-        return loader
-
     def train_dataloader(self):
         assert self.split is not None, "call setup() first"
-        generator = torch.Generator().manual_seed(self.seed)
-        # seeded order; on resume the sampler skips what the interrupted run already trained on
-        sampler = SkippingSampler(RandomSampler(self.split.train, num_samples=self.train_images, generator=generator))
-        return ResumableLoader(self._loader(self.split.train, sampler), sampler, self.batch_size, self._batches_done)
-
-    def _batches_done(self) -> int:
-        trainer = self.trainer
-        return 0 if trainer is None else trainer.fit_loop.epoch_loop.batch_progress.current.completed
+        sampler = self._train_sampler(self.split.train)
+        return self._resumable(self._loader(self.split.train, sampler), sampler)
 
     def val_dataloader(self):
         assert self.split is not None, "call setup() first"

@@ -12,15 +12,14 @@ import argparse
 import functools
 import hashlib
 import math
-import os
-import shutil
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
+
+from segperf.data.folders import build_folder, ensure_folder
 
 VIEWS = 16
 _PALETTE = [0, 0, 0, 255, 255, 255]  # index 0 background (black), 1 car (white), as in the real masks
@@ -154,29 +153,19 @@ def generate(
     progress: bool = False,
 ) -> Path:
     """Render into a hidden sibling folder and rename it into place, so `out` is either absent or complete."""
-    out = Path(out).expanduser()
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} already exists and is not empty; delete it or pick another path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        (tmp / "train").mkdir(parents=True)
+
+    def render(tmp: Path) -> None:
+        (tmp / "train").mkdir()
         (tmp / "train_masks").mkdir()
-        ids = car_ids(cars, seed)
-        for i, cid in enumerate(ids):
+        for i, cid in enumerate(car_ids(cars, seed)):
             for view in range(1, VIEWS + 1):
                 img, mask = render_view(cid, view, width, height, seed)
                 img.save(tmp / "train" / f"{cid}_{view:02d}.jpg", "JPEG", quality=jpeg_quality)
                 mask.save(tmp / "train_masks" / f"{cid}_{view:02d}_mask.gif", "GIF")
             if progress:
                 print(f"\r  car {i + 1}/{cars}", end="" if i + 1 < cars else "\n", file=sys.stderr, flush=True)
-        try:  # atomic: replaces only an empty `out` and fails if another writer got there first
-            os.rename(tmp, out)
-        except OSError as e:
-            raise FileExistsError(f"{out} was created by someone else while generating") from e
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    return build_folder(out, render)
 
 
 def ensure_synthetic(
@@ -184,16 +173,12 @@ def ensure_synthetic(
 ) -> Path:
     """Pay the rendering cost once per parameter set; the name encodes every parameter so caches never mix."""
     path = Path(cache_dir).expanduser() / f"carvana-synthetic-v1-cars{cars}-seed{seed}-{width}x{height}"
-    if not (path / "train").is_dir():  # the rename is atomic, so a present folder is complete
-        n, t0 = cars * VIEWS, time.perf_counter()
-        print(f"segperf: generating {n} synthetic Carvana images into {path} ...", end="", flush=True)
-        try:
-            generate(path, cars=cars, seed=seed, width=width, height=height)
-        except FileExistsError:
-            if not (path / "train").is_dir():  # a racing process won: its folder is complete by construction
-                raise
-        print(f" done in {time.perf_counter() - t0:.1f} s", flush=True)
-    return path
+    return ensure_folder(
+        path,
+        path / "train",
+        lambda: generate(path, cars=cars, seed=seed, width=width, height=height),
+        f"generating {cars * VIEWS} synthetic Carvana images",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,19 +9,20 @@ import json
 import os
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write to a temp file in the same folder, then rename over the target: a reader (or a
-    crash) never sees half a file."""
+def write_atomic(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """Call `write` on a temp file in the same folder, fsync, then rename over the target: a
+    reader (or a crash) never sees half a file, and the previous file stays until the rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -29,6 +30,10 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    return write_atomic(path, lambda f: f.write(text.encode()))
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
