@@ -1,6 +1,7 @@
 """profile=counters: perf stat's hardware counters of the training steps, or one line saying why not."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -50,7 +51,8 @@ def test_a_paranoid_kernel_says_which_setting_forbids_it(monkeypatch, tmp_path):
 def test_without_perf_the_run_records_why_and_the_summary_shows_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(counters.shutil, "which", lambda name: None)
     callback = HardwareCounters(tmp_path, skip_steps=0)
-    callback.on_train_batch_start(None, None, None, 0)  # the first step after warm-up
+    rank0 = SimpleNamespace(is_global_zero=True)
+    callback.on_train_batch_start(rank0, None, None, 0)  # the first step after warm-up
     section = callback.finish()
     assert section == {"available": False, "reason": unavailable_reason()}
     summary = format_run_summary({"counters": section})
@@ -61,3 +63,11 @@ def test_without_perf_the_run_records_why_and_the_summary_shows_one_line(monkeyp
 def test_a_run_that_ends_in_warm_up_says_so():
     callback = HardwareCounters("/nonexistent", skip_steps=2)
     assert callback.finish() == {"available": False, "reason": "training ended before step 3 (warm-up)"}
+
+
+def test_under_ddp_only_rank_0_runs_perf_stat(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(HardwareCounters, "_start", lambda self: started.append(self))
+    callback = HardwareCounters(tmp_path, skip_steps=0)
+    callback.on_train_batch_start(SimpleNamespace(is_global_zero=False), None, None, 0)
+    assert not started and callback.finish() == {"available": False, "reason": "counted on rank 0 only"}

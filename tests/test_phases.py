@@ -89,16 +89,19 @@ def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(m
     clock = PhaseClock(warmup_steps=1)
     batch = ([0, 0, 0, 0], None)
     clock.on_train_start(trainer, None)  # t=0
-    clock.on_train_batch_start(trainer, None, batch, 0)
-    clock.on_train_batch_end(trainer, None, None, batch, 0)  # warm-up ends: t=1
-    clock.on_validation_start(trainer, None)  # t=2
+    clock.on_train_batch_start(trainer, None, batch, 0)  # t=1
+    clock.on_before_backward(trainer, None, None)  # t=2: the forward took 1
+    clock.on_train_batch_end(trainer, None, None, batch, 0)  # warm-up ends: t=3
+    clock.on_validation_start(trainer, None)  # t=4
     clock.on_validation_batch_end(trainer, None, None, batch, 0)
-    clock.on_validation_end(trainer, None)  # t=3
-    clock.on_train_batch_start(trainer, None, batch, 1)  # pause ends: t=4
+    clock.on_validation_end(trainer, None)  # t=5
+    clock.on_train_batch_start(trainer, None, batch, 1)  # pause ends, the step starts: t=6
+    clock.on_before_backward(trainer, None, None)  # t=7
     clock.on_train_batch_end(trainer, None, None, batch, 1)
-    clock.on_train_end(trainer, None)  # t=5
-    assert clock.marks == {"train_start": 0.0, "warmup_end": 1.0, "train_end": 5.0}
-    assert clock.validation == [(2.0, 3.0)]
-    assert clock.pauses == [(2.0, 4.0)]  # validation and whatever followed it before training resumed
+    clock.on_train_end(trainer, None)  # t=8
+    assert clock.marks == {"train_start": 0.0, "warmup_end": 3.0, "train_end": 8.0}
+    assert clock.validation == [(4.0, 5.0)]
+    assert clock.pauses == [(4.0, 6.0)]  # validation and whatever followed it before training resumed
+    assert clock.forward_s == [1.0, 1.0]  # batch start to backward, per step (when a DDP rank is ready)
     assert (clock.steps, clock.images, clock.warmup_images, clock.validation_images) == (2, 8, 4, [4])
     assert clock.device_step_times() == []  # no CUDA events on a CPU

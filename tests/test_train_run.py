@@ -112,7 +112,11 @@ def test_results_record_the_setting_of_every_axis(baseline_run):
         "cold_cache": False,
         "batch_size": 4,
         "train_images": 12,
+        "strategy": "auto",
+        "devices": 1,
+        "num_nodes": 1,
     }
+    assert "distributed" not in results  # one process: no per-rank section
     assert results["device"] == "cpu" and results["precision"] == "32-true"
 
 

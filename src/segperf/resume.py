@@ -31,6 +31,9 @@ def resume_argv(argv: list[str]) -> list[str]:
     if any(a in ("-m", "--multirun") for a in argv):
         raise SettingsError(["resume=: continues one run; it cannot be combined with -m (a sweep)"])
     run_dir = Path(given[-1].split("=", 1)[1]).expanduser()
+    run_dirs = [a.split("=", 1)[1].strip("\"'") for a in argv if a.startswith("hydra.run.dir=")]
+    if run_dirs and Path(run_dirs[-1]).expanduser().resolve() == run_dir.resolve():
+        return argv  # already rewritten: the other ranks of a DDP run start from rank 0's command
     recorded_file = run_dir / ".hydra" / "overrides.yaml"
     if not recorded_file.is_file():
         raise SettingsError(

@@ -133,6 +133,9 @@ class CnnSchema:
 class TrainerSchema:
     accelerator: str = "auto"
     devices: Any = 1
+    # "ddp" over several devices/nodes (trainer=ddp); "auto": one device
+    strategy: str = "auto"
+    num_nodes: int = 1
     precision: str = "32-true"
     num_sanity_val_steps: int = 0
     log_every_n_steps: int = 5

@@ -21,11 +21,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.adapt import adapt_to_machine, adjustment_notice
 from segperf.checkpoints import AtomicCheckpointIO, InterruptCheckpoint, Terminated, TerminateOutsideTraining
 from segperf.config import CONFIG_DIR
+from segperf.distributed import DistributedJob, gather_ranks, is_distributed, per_job_rank_commands
 from segperf.errors import SegperfError, explain, is_worker_error
 from segperf.model.unet import UNet, describe
 from segperf.perf.counters import HardwareCounters
@@ -79,6 +81,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         print(f"segperf: note: {note}")
     datamodule = module = trainer = ops = counters = None
     stopper = InterruptCheckpoint(run_dir / "checkpoints")
+    job = DistributedJob()
     terminate = TerminateOutsideTraining().install()
     try:
         with measurement.span("define_model"):
@@ -116,7 +119,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             plugins=[AtomicCheckpointIO()],
         )
         measurement.clock.mark("fit_called")
-        trainer.fit(module, datamodule=datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
+        with per_job_rank_commands():  # trainer=ddp: the other ranks run this job, in this folder
+            trainer.fit(module, datamodule=datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
         measurement.clock.mark("fit_returned")
         if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
             with measurement.span("validation"):
@@ -145,11 +149,21 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         if counters is not None:
             results["counters"] = counters.finish()
         finish_results(results, cfg, trainer, datamodule, module, run_dir)
-        write_json_atomic(run_dir / "results.json", results)
-        summary = format_run_summary(results)
-        write_text_atomic(run_dir / "summary.txt", summary)
-        print(summary, end="")
-        print(f"Results: {run_dir / 'results.json'}")
+        if trainer is not None and trainer.world_size > 1 and results["status"] == "completed" and is_distributed():
+            try:
+                gather_ranks(results, trainer)  # every rank's row to rank 0
+            except Exception as error:  # a rank gone: keep rank 0's own record
+                _notice(results, f"per-rank measurement not gathered ({type(error).__name__}: {error})")
+        job.close()
+        # one run, one record: under DDP every rank runs this function, rank 0 writes
+        if trainer.is_global_zero if trainer is not None else rank_zero_only.rank == 0:
+            if trainer is not None:
+                log_hparams(trainer, results)
+            write_json_atomic(run_dir / "results.json", results)
+            summary = format_run_summary(results)
+            write_text_atomic(run_dir / "summary.txt", summary)
+            print(summary, end="")
+            print(f"Results: {run_dir / 'results.json'}")
     return results
 
 
@@ -182,12 +196,13 @@ def finish_results(results: dict[str, Any], cfg: DictConfig, trainer, datamodule
         results["notices"].append(adjustment_notice("model.compile", results["adjusted"]["model.compile"]))
     if trainer is None:
         return
-    steps_total = -(-cfg.train_images // cfg.batch_size)
+    world = trainer.world_size  # under DDP each rank trains on train_images // world (segperf.data.base)
+    per_rank = cfg.train_images // world
     results["progress"] = {
         "steps_done": trainer.global_step,
-        "steps_total": steps_total,
-        "images_done": min(trainer.global_step * cfg.batch_size, cfg.train_images),
-        "images_total": cfg.train_images,
+        "steps_total": -(-per_rank // cfg.batch_size),
+        "images_done": min(trainer.global_step * cfg.batch_size, per_rank) * world,
+        "images_total": per_rank * world,
     }
     if "resumed" in results:
         results["resumed"]["from_step"] = trainer.global_step - results["train"].get("steps", 0)
@@ -198,7 +213,6 @@ def finish_results(results: dict[str, Any], cfg: DictConfig, trainer, datamodule
     metrics = trainer.callback_metrics
     names = getattr(module, "quality_metrics", SEGMENTATION_QUALITY)  # the CNN's: val/accuracy, val/loss
     results["quality"] = {name.replace("/", "_"): _item(metrics.get(name)) for name in names}
-    log_hparams(trainer, results)
 
 
 def axis_settings(cfg: DictConfig) -> dict[str, Any]:
@@ -220,6 +234,10 @@ def axis_settings(cfg: DictConfig) -> dict[str, Any]:
         "cold_cache": OmegaConf.select(cfg, "data.cold_cache"),
         "batch_size": cfg.batch_size,
         "train_images": cfg.train_images,
+        # data-parallel (trainer=ddp): ranks = devices x num_nodes
+        "strategy": cfg.trainer.strategy,
+        "devices": cfg.trainer.devices,
+        "num_nodes": cfg.trainer.num_nodes,
     }
 
 
@@ -232,7 +250,7 @@ def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
         "hp/val_accuracy": results["quality"].get("val_accuracy"),
         "hp/data_wait_fraction": (results.get("phases") or {}).get("data_wait", {}).get("fraction"),
     }
-    params = {k: str(v) if v is None else v for k, v in results["axes"].items()}
+    params = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in results["axes"].items()}
     for logger in trainer.loggers:
         logger.log_hyperparams(params, {k: v for k, v in metrics.items() if v is not None})
         logger.save()

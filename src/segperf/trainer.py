@@ -68,6 +68,9 @@ def build_trainer(trainer_cfg: dict[str, Any], *, val_every_images: int, batch_s
         max_epochs=1,
         val_check_interval=validation_interval(val_every_images, batch_size),
         check_val_every_n_epoch=None,
+        # the DataModules shard by rank themselves (segperf.data.base): the train loader is a
+        # resumable wrapper Lightning would not shard, and train_images counts the whole run
+        use_distributed_sampler=False,
         **options,
         **kwargs,
     )

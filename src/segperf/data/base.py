@@ -1,5 +1,13 @@
-"""What every segperf DataModule shares: the DataLoader axes (workers, prefetch, pin) and a
-train loader drawn in a seeded order that resumes mid-run (segperf.data.resumable).
+"""What every segperf DataModule shares: the DataLoader axes (workers, prefetch, pin), a
+train loader drawn in a seeded order that resumes mid-run (segperf.data.resumable), and each
+rank's share of the data under data-parallel training.
+
+Under DDP every process builds its own loaders. Lightning would normally swap in a
+DistributedSampler, but segperf's train loader is a resumable wrapper (which Lightning leaves
+alone) and `train_images` counts the images of the whole run, so the sharding is done here,
+with `use_distributed_sampler=False` (segperf.trainer): the seeded global order is dealt out
+rank by rank (rank r takes positions r, r+world, ...), so no image is seen twice within a
+pass over the data, across ranks, and the ranks together train on `train_images`.
 
 A subclass sets `batch_size`, `seed`, `train_images`, `num_workers`, `prefetch_factor`,
 `pin_memory` and `persistent_workers`, and may seed its workers (`worker_init_fn`).
@@ -7,20 +15,39 @@ A subclass sets `batch_size`, `seed`, `train_images`, `num_workers`, `prefetch_f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from segperf.data.prefetch import ThreadPrefetchLoader
 from segperf.data.resumable import ResumableLoader, SkippingSampler
+from segperf.errors import DataSizeError
 
 
 def evenly_spaced(n: int, k: int) -> list[int]:
     """k indices spread over range(n): a validation subset that covers the split, deterministically."""
     return [(i * n) // k for i in range(k)]
+
+
+class RankShard(Sampler[int]):
+    """Rank `rank`'s share of `sampler`'s order: positions rank, rank+world, ... cut to
+    len(sampler) // world, so that every rank runs the same number of steps (DDP needs that:
+    a rank with one batch more would wait forever for the others' gradients)."""
+
+    def __init__(self, sampler: Sampler[int], rank: int, world: int) -> None:
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} outside a world of {world}")
+        self.sampler, self.rank, self.world = sampler, rank, world
+
+    def __iter__(self) -> Iterator[int]:
+        return islice(iter(self.sampler), self.rank, self.world * len(self), self.world)
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.world  # type: ignore[arg-type]
 
 
 class RunDataModule(L.LightningDataModule):
@@ -56,7 +83,31 @@ class RunDataModule(L.LightningDataModule):
         """`train_images` drawn from successive seeded shuffles; on resume it skips what the
         interrupted run already trained on."""
         generator = torch.Generator().manual_seed(self.seed)
-        return SkippingSampler(RandomSampler(dataset, num_samples=self.train_images, generator=generator))
+        order = RandomSampler(dataset, num_samples=self.train_images, generator=generator)
+        rank, world = self.rank_and_world()
+        if self.train_images < world:
+            raise DataSizeError(
+                f"train_images={self.train_images} leaves no image for some of the {world} ranks; "
+                f"use train_images>={world} (or fewer devices)"
+            )
+        return SkippingSampler(order if world == 1 else RankShard(order, rank, world))
+
+    def rank_and_world(self) -> tuple[int, int]:
+        """This process's global rank and the number of processes (0, 1 without a trainer)."""
+        trainer = self.trainer
+        return (0, 1) if trainer is None else (trainer.global_rank, trainer.world_size)
+
+    def rank_share(self, indices: list[int]) -> list[int]:
+        """This rank's part of an evaluation subset: every world-th index, all of them together
+        once (ranks may differ by one image; validation has no gradient to wait for)."""
+        rank, world = self.rank_and_world()
+        if len(indices) < world:
+            # a rank without a validation batch would skip the metrics' cross-rank reduction
+            raise DataSizeError(
+                f"val_images={len(indices)} leaves no validation image for some of the {world} ranks; "
+                f"use val_images>={world}"
+            )
+        return indices[rank::world]
 
     def _resumable(self, loader: Iterable, sampler: SkippingSampler) -> ResumableLoader:
         return ResumableLoader(loader, sampler, self.batch_size, self._batches_done)

@@ -182,7 +182,7 @@ class CarvanaDataModule(RunDataModule):
 
     def val_dataloader(self):
         assert self.split is not None, "call setup() first"
-        picked = evenly_spaced(len(self.split.val), self.val_images)
+        picked = self.rank_share(evenly_spaced(len(self.split.val), self.val_images))
         if self.cache == "off":
             dataset = CarvanaDataset(self.split.val, self.height, self.width, self.decode)
             return self._loader(Subset(dataset, picked))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.digits import FILES, SIDE, ensure_builtin
@@ -151,4 +151,6 @@ class MnistDataModule(RunDataModule):
 
     def val_dataloader(self):
         assert self.split is not None, "call setup() first"
-        return self._loader(self.split.val)
+        val = self.split.val
+        share = self.rank_share(list(range(len(val))))
+        return self._loader(val if len(share) == len(val) else Subset(val, share))

@@ -128,7 +128,7 @@ class ClassificationModule(L.LightningModule):
         image, label = batch
         logits = self(image)
         self.val_accuracy.update(logits.argmax(dim=1), label)
-        self.log("val/loss", F.cross_entropy(logits, label), on_epoch=True, batch_size=image.shape[0])
+        self.log("val/loss", F.cross_entropy(logits, label), on_epoch=True, batch_size=image.shape[0], sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
         self.log("val/accuracy", self.val_accuracy.compute())

@@ -104,7 +104,7 @@ class SegmentationModule(L.LightningModule):
         pred = logits.argmax(dim=1)
         self.val_pixel_accuracy.update(pred, mask)
         self.val_dice.update(pred, mask)
-        self.log("val/loss", loss, on_epoch=True, batch_size=image.shape[0])
+        self.log("val/loss", loss, on_epoch=True, batch_size=image.shape[0], sync_dist=True)
         if batch_idx == 0:
             self._log_sample_panels(image, mask, pred)
 

@@ -112,7 +112,10 @@ class HardwareCounters(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if self._proc is None and self.result is None and self.seen == self.skip_steps:
-            self._start()
+            if trainer.is_global_zero:  # under DDP: rank 0's process (one perf-stat.csv per run)
+                self._start()
+            else:
+                self.result = {"available": False, "reason": "counted on rank 0 only"}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         self.seen += 1

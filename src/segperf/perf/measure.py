@@ -122,6 +122,7 @@ class RunMeasurement:
             "warmup_steps": clock.warmup_steps,
             "data_wait_s": [round(x, 6) for x in every["data_wait"]],
             "train_step_s": [round(x, 6) for x in every["train_step"]],
+            "forward_s": [round(x, 6) for x in clock.forward_s],
         }
         device_steps = clock.device_step_times()[clock.warmup_steps :]
         if device_steps:

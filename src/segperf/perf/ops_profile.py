@@ -29,7 +29,8 @@ class OperatorProfile(L.Callback):
         self.result: dict[str, Any] | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        if self._profiler is None and self.result is None and self.seen == self.skip_steps:
+        # rank 0 only under DDP: one trace folder per run (the ranks run the same operators)
+        if self._profiler is None and self.result is None and self.seen == self.skip_steps and trainer.is_global_zero:
             activities = [ProfilerActivity.CPU]
             if trainer.strategy.root_device.type == "cuda":
                 activities.append(ProfilerActivity.CUDA)

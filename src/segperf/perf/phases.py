@@ -93,6 +93,10 @@ class PhaseClock(L.Callback):
         self.steps = self.images = self.warmup_images = 0
         self._validation_start: float | None = None
         self._events: list[tuple[Any, Any]] = []
+        # per training step, batch start to the first backward: the host time a rank takes before
+        # it joins the gradient all-reduce (with data_wait, what a DDP straggler makes others wait for)
+        self.forward_s: list[float] = []
+        self._batch_start: float | None = None
 
     def mark(self, name: str) -> float:
         self.marks[name] = now = time.perf_counter()
@@ -103,19 +107,26 @@ class PhaseClock(L.Callback):
         if self.warmup_steps == 0:
             self.marks["warmup_end"] = self.marks["train_start"]
 
-    def _end_pause(self) -> None:
+    def _end_pause(self, now: float | None = None) -> None:
         if self._pause_start is not None:
-            self.pauses.append((self._pause_start, time.perf_counter()))
+            self.pauses.append((self._pause_start, time.perf_counter() if now is None else now))
             self._pause_start = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._end_pause()
+        self._batch_start = time.perf_counter()
+        self._end_pause(self._batch_start)
         if self.device_events and trainer.strategy.root_device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             start.record()
             self._events.append((start, None))
 
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if self._batch_start is not None:  # training only, once per step
+            self.forward_s.append(time.perf_counter() - self._batch_start)
+            self._batch_start = None
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._batch_start = None
         if self._events and self._events[-1][1] is None:
             end = torch.cuda.Event(enable_timing=True)
             end.record()

@@ -70,6 +70,8 @@ def format_run_summary(results: dict[str, Any]) -> str:
     lines += [RULE, "Per-phase statistics", _phase_table(results)]
     lines += _section("Jitter (per batch, after warm-up)", _jitter_rows(results.get("jitter") or {}))
     lines += _section("Throughput (after warm-up)", _throughput_rows(results))
+    if results.get("distributed"):
+        lines += _section("Data-parallel ranks (after warm-up, per step)", _rank_rows(results["distributed"]))
     ops = results.get("ops")
     if ops:
         title = f"Torch operations over {ops['steps']} steps (from step {ops['first_step']}; incl. profiler overhead)"
@@ -83,6 +85,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
         "GPU memory is NVML's, over all processes on the device; GPU util. from NVML samples.",
         f"Warm-up: the first {train.get('warmup_steps', 0)} training steps (compilation, caches), kept out of "
         "throughput.",
+        *_distributed_notes(results.get("distributed")),
         *results.get("notices", []),
         *res.get("notes", []),
     ]
@@ -158,8 +161,12 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
     train = results.get("train") or {}
     tp = results.get("throughput") or {}
     mfu = tp.get("mfu")
+    per_rank = (
+        [_kv("  of which rank 0", _num(train["rank0_images_per_s"], ",.2f"))] if "rank0_images_per_s" in train else []
+    )
     return [
         _kv("Train images/s", _num(train.get("images_per_s"), ",.2f")),
+        *per_rank,
         _kv("Val images/s", _num(train.get("val_images_per_s"), ",.2f")),
         _kv("Train GFLOP per image", _gflop(tp.get("train_flops_per_image"))),
         _kv("Achieved TFLOP/s", _num(_scale(tp.get("achieved_train_flops_per_s"), 1e-12), ",.3f")),
@@ -191,3 +198,39 @@ def _progress_rows(results: dict[str, Any]) -> list[str]:
     if results.get("resume_command"):
         rows.append(_kv("Resume with", results["resume_command"]))
     return rows
+
+
+def _rank_rows(dist: dict[str, Any]) -> list[str]:
+    """One row per rank (where it ran, what it trained on, its times per step), then the slowest."""
+    rows = [
+        f"{dist['world_size']} ranks on {dist['num_nodes']} node(s) x {dist['devices_per_node']} device(s), "
+        f"{dist['strategy']} over {dist['backend']}; hosts: {', '.join(dist['hosts'])}",
+        f"{'rank':>4} {'host':<16}{'device':<9}{'images':>8}{'steps':>7}{'images/s':>10}"
+        f"{'wait (ms)':>11}{'step (ms)':>11}{'fwd (ms)':>10}{'ready (ms)':>12}",
+    ]
+    for r in dist["ranks"]:
+        rows.append(
+            f"{r['rank']:>4} {r['host'][:15]:<16}{r['device'][:8]:<9}{r['images'] or 0:>8,}{r['steps'] or 0:>7,}"
+            f"{_num(r['images_per_s'], ',.1f'):>10}{_ms(r['data_wait_mean_s']):>11}{_ms(r['train_step_mean_s']):>11}"
+            f"{_ms(r['forward_mean_s']):>10}{_ms(r['ready_mean_s']):>12}"
+        )
+    rows.append(f"{'all':>4} {'':<16}{'':<9}{dist['images']:>8,}{'':>7}{_num(dist['images_per_s'], ',.1f'):>10}")
+    if dist.get("slowest_rank") is not None:
+        rows.append(
+            f"Slowest rank: {dist['slowest_rank']} (reaches the gradient all-reduce "
+            f"{dist['slowest_lag_s'] * 1e3:,.1f} ms per step after the median of the others)"
+        )
+    return rows
+
+
+def _ms(seconds: float | None) -> str:
+    return _num(None if seconds is None else seconds * 1e3, ",.1f")
+
+
+def _distributed_notes(dist: dict[str, Any] | None) -> list[str]:
+    if not dist:
+        return []
+    return [
+        "Data-parallel run: images and train images/s add up all ranks; phases, resources, jitter, TFLOP/s and "
+        "MFU are rank 0's (per device). ready = data wait + forward: when a rank joins the gradient all-reduce.",
+    ]

@@ -1,0 +1,299 @@
+"""Data-parallel training (trainer=ddp): each rank its own share of the data, one results.json
+per run with per-rank rows, and the ranks of a sweep's job started into that job's folder.
+
+The slow tests run real DDP on this CPU: 2 processes, gloo backend, started by Lightning."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import open_dict
+
+from segperf.data.base import RankShard
+from segperf.data.datamodule import CarvanaDataModule
+from segperf.distributed import LAUNCH_ENV, DistributedJob, combine, per_job_rank_commands, rank_command
+from segperf.errors import DataSizeError
+from segperf.perf.summary import format_run_summary
+from segperf.resume import resume_argv
+from segperf.schema import check_settings
+from tests.conftest import MNIST_TINY, TINY, compose_config, run_cli
+
+
+# -- the config -----------------------------------------------------------------------------
+def test_trainer_ddp_selects_lightnings_ddp_strategy_on_two_devices_of_one_node():
+    cfg = compose_config("trainer=ddp")
+    assert (cfg.trainer.strategy, cfg.trainer.devices, cfg.trainer.num_nodes) == ("ddp", 2, 1)
+    assert cfg.trainer.precision == "32-true"  # everything else as trainer=default
+
+
+def test_trainer_ddp_takes_devices_and_nodes_from_the_command_line():
+    cfg = compose_config("trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2")
+    check_settings(cfg)
+    assert (cfg.trainer.devices, cfg.trainer.num_nodes) == (4, 2)
+
+
+def test_a_misspelt_trainer_key_fails_while_composing():
+    with pytest.raises(Exception, match="num_node"):
+        compose_config("trainer=ddp", "trainer.num_node=2")
+
+
+# -- each rank's share of the data ------------------------------------------------------------
+def test_rank_shards_split_the_order_without_overlap_and_with_equal_lengths():
+    order = list(range(100, 111))  # 11 positions, 3 ranks: 3 each, the 11th image is left out
+    shards = [list(RankShard(order, rank, 3)) for rank in range(3)]
+    assert [len(s) for s in shards] == [3, 3, 3] == [len(RankShard(order, r, 3)) for r in range(3)]
+    assert shards[0] == [100, 103, 106] and shards[2] == [102, 105, 108]
+    assert not set(shards[0]) & set(shards[1]) and not set(shards[1]) & set(shards[2])
+
+
+def make_dm(root, rank: int, world: int, **overrides) -> CarvanaDataModule:
+    options = dict(root=str(root), height=64, width=96, train_images=8, val_images=4, batch_size=2)
+    dm = CarvanaDataModule(**{**options, **overrides})
+    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)  # what the DataModule reads of it
+    dm.setup("fit")
+    return dm
+
+
+def test_ranks_train_on_disjoint_shares_that_add_up_to_train_images(tiny_carvana):
+    shares = [list(make_dm(tiny_carvana, rank, 2, train_images=40).train_dataloader().sampler) for rank in (0, 1)]
+    assert [len(s) for s in shares] == [20, 20]
+    assert not set(shares[0]) & set(shares[1])  # no image seen twice within the pass
+    # the ranks deal out exactly the order a single process would draw
+    single = list(make_dm(tiny_carvana, 0, 1, train_images=40).train_dataloader().sampler)
+    assert sorted(shares[0] + shares[1]) == sorted(single)
+
+
+def test_ranks_run_the_same_number_of_steps(tiny_carvana):
+    """DDP waits for every rank at every step: unequal batch counts would hang the run."""
+    loaders = [make_dm(tiny_carvana, rank, 3, train_images=23).train_dataloader() for rank in range(3)]
+    assert [len(loader) for loader in loaders] == [4, 4, 4]  # 23 // 3 = 7 images each, in batches of 2
+    assert [[len(image) for image, _ in loader] for loader in loaders] == [[2, 2, 2, 1]] * 3
+
+
+def test_over_more_than_one_pass_no_rank_repeats_an_image_before_the_split_is_used_up(tiny_carvana):
+    shares = [list(make_dm(tiny_carvana, rank, 2, train_images=128).train_dataloader().sampler) for rank in (0, 1)]
+    first_pass = shares[0][:32] + shares[1][:32]  # 64 training images, one full shuffle
+    assert len(set(first_pass)) == 64
+    assert max(Counter(shares[0] + shares[1]).values()) == 2
+
+
+def test_validation_images_are_split_between_ranks_once_each(tiny_carvana):
+    subsets = [make_dm(tiny_carvana, rank, 2, val_images=5).val_dataloader().dataset for rank in (0, 1)]
+    single = make_dm(tiny_carvana, 0, 1, val_images=5).val_dataloader().dataset
+    assert [len(s) for s in subsets] == [3, 2]
+    assert sorted(subsets[0].indices + subsets[1].indices) == sorted(single.indices)
+
+
+def test_mnist_validation_is_split_between_ranks(tiny_mnist):
+    cfg = compose_config(*MNIST_TINY, f"data.root={tiny_mnist}", "val_images=64")
+    sizes = []
+    for rank in (0, 1):
+        dm = instantiate(cfg.data)
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=2)
+        dm.setup("fit")
+        sizes.append(len(dm.val_dataloader().dataset))
+        assert len(dm.train_dataloader()) == 2  # 128 images, 64 per rank, batches of 32
+    assert sizes == [32, 32]
+
+
+def test_fewer_images_than_ranks_is_a_clear_error(tiny_carvana):
+    with pytest.raises(DataSizeError, match="val_images=2 leaves no validation image for some of the 3 ranks"):
+        make_dm(tiny_carvana, 0, 3, val_images=2).val_dataloader()
+    with pytest.raises(DataSizeError, match="train_images=2 leaves no image for some of the 3 ranks"):
+        make_dm(tiny_carvana, 0, 3, train_images=2).train_dataloader()
+
+
+# -- starting the other ranks of a sweep job ---------------------------------------------------------
+@pytest.fixture
+def hydra_job(tmp_path):
+    """HydraConfig as it is inside job 1 of `python -m segperf.train -m seed=0,1 trainer=ddp`."""
+    cfg = compose_config("trainer=ddp")
+    from hydra import compose, initialize_config_dir
+
+    from segperf.config import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        full = compose(config_name="train", overrides=["trainer=ddp", "seed=1"], return_hydra_config=True)
+    job_dir = tmp_path / "sweep" / "1_seed=1,trainer=ddp"
+    with open_dict(full):
+        full.hydra.runtime.output_dir = str(job_dir)
+        full.hydra.runtime.cwd = str(tmp_path)
+        full.hydra.job.name = "train"
+        full.hydra.overrides.task = ["seed=1", "trainer=ddp"]
+    HydraConfig.instance().set_config(full)
+    yield SimpleNamespace(cfg=cfg, job_dir=job_dir, cwd=tmp_path)
+    HydraConfig.instance().cfg = None
+
+
+def test_other_ranks_run_this_job_into_its_folder_not_the_whole_sweep(hydra_job, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py", "-m", "seed=0,1", "trainer=ddp", "-cd", "/my/conf"])
+    command, cwd = rank_command(local_rank=1)
+    assert command[:3] == [sys.executable, "-m", "segperf.train"]
+    assert "-m" not in command[3:] and "seed=0,1" not in command  # no replay of the sweep
+    assert command[3:5] == ["-cd", "/my/conf"]  # the config the user chose
+    assert "seed=1" in command and "trainer=ddp" in command  # this job's values
+    assert f'hydra.run.dir="{hydra_job.job_dir}"' in command
+    assert "hydra.output_subdir=null" in command and "hydra.job.name=train_rank1" in command
+    assert cwd == str(hydra_job.cwd)
+
+
+def test_lightning_uses_segperfs_rank_command_during_fit_only():
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    original = subprocess_script._hydra_subprocess_cmd  # fails here if Lightning renames it
+    with per_job_rank_commands():
+        assert subprocess_script._hydra_subprocess_cmd is rank_command
+    assert subprocess_script._hydra_subprocess_cmd is original
+
+
+def test_a_finished_ddp_job_leaves_no_launch_variables_for_the_next_job(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "node7")
+    for key in ("MASTER_PORT", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    job = DistributedJob()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="4242", LOCAL_RANK="0", WORLD_SIZE="2", NODE_RANK="0")
+    job.close()
+    assert os.environ["MASTER_ADDR"] == "node7"
+    assert not {"MASTER_PORT", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK"} & set(os.environ)
+    assert set(LAUNCH_ENV) == {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE"}
+
+
+def test_resume_argv_leaves_a_command_it_already_rewrote_alone(tmp_path):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- +opt=all\n- trainer=ddp\n")
+    once = resume_argv([f"resume={run}"])
+    assert once == ["+opt=all", "trainer=ddp", f"resume={run}", f"hydra.run.dir={run}"]
+    assert resume_argv(once) == once  # rank 1 starts from rank 0's rewritten command
+    quoted = [*once[:-1], f'hydra.run.dir="{run}"']
+    assert resume_argv(quoted) == quoted
+
+
+# -- per-rank rows and their sum -------------------------------------------------------------
+def row(rank: int, images: int, rate: float, wait: float, forward: float) -> dict:
+    return {
+        "rank": rank,
+        "node_rank": 0,
+        "local_rank": rank,
+        "host": "gpu-node-1",
+        "device": f"cuda:{rank}",
+        "status": "completed",
+        "images": images,
+        "steps": images // 8,
+        "images_per_s": rate,
+        "wall_s": 10.0,
+        "data_wait_s": wait * 10,
+        "data_wait_mean_s": wait,
+        "train_step_s": 1.0,
+        "train_step_mean_s": 0.1,
+        "forward_mean_s": forward,
+        "ready_mean_s": wait + forward,
+        "device_step_mean_s": None,
+    }
+
+
+def test_the_run_adds_up_its_ranks_and_names_the_one_the_others_wait_for():
+    rows = [row(0, 800, 100.0, 0.001, 0.03), row(1, 800, 99.0, 0.040, 0.03), row(2, 800, 101.0, 0.002, 0.03)]
+    combined = combine(rows)
+    assert combined["images"] == 2400 and combined["images_per_s"] == pytest.approx(300.0)
+    assert combined["slowest_rank"] == 1  # a slow loader: it reaches the all-reduce last
+    assert combined["slowest_lag_s"] == pytest.approx(0.0385)
+
+
+def test_a_rank_without_a_rate_leaves_the_total_unknown_rather_than_low():
+    combined = combine([row(0, 16, 10.0, 0.0, 0.1), {**row(1, 16, 10.0, 0.0, 0.1), "images_per_s": None}])
+    assert combined["images_per_s"] is None and combined["images"] == 32
+
+
+def test_summary_shows_the_total_and_one_row_per_rank():
+    rows = [row(0, 800, 100.0, 0.001, 0.03), row(1, 800, 99.0, 0.040, 0.03)]
+    results = {
+        "status": "completed",
+        "train": {"images": 1600, "steps": 100, "images_per_s": 199.0, "rank0_images_per_s": 100.0},
+        "distributed": {
+            "strategy": "DDPStrategy",
+            "backend": "nccl",
+            "world_size": 2,
+            "num_nodes": 1,
+            "devices_per_node": 2,
+            "hosts": ["gpu-node-1"],
+            **combine(rows),
+            "ranks": rows,
+        },
+    }
+    text = format_run_summary(results)
+    assert "Data-parallel ranks" in text and "2 ranks on 1 node(s) x 2 device(s), DDPStrategy over nccl" in text
+    lines = text.splitlines()
+    assert any(line.split()[:4] == ["1", "gpu-node-1", "cuda:1", "800"] for line in lines)
+    assert any(line.split()[:3] == ["all", "1,600", "199.0"] for line in lines)
+    assert "Slowest rank: 1" in text
+    assert any(line.split()[:4] == ["of", "which", "rank", "0"] for line in lines)
+
+
+# -- real DDP on this CPU -----------------------------------------------------------------------
+DDP_CPU = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "warmup_steps=1"]
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def assert_one_record_with_rank_rows(run_dir: Path, train_images: int) -> dict:
+    results = read(run_dir / "results.json")
+    assert results["status"] == "completed", results.get("error")
+    dist = results["distributed"]
+    assert (dist["world_size"], dist["backend"], dist["devices_per_node"]) == (2, "gloo", 2)
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+    images = [r["images"] for r in dist["ranks"]]
+    assert images == [train_images // 2] * 2 and sum(images) == dist["images"] == results["train"]["images"]
+    rates = [r["images_per_s"] for r in dist["ranks"]]
+    assert results["train"]["images_per_s"] == pytest.approx(sum(rates))
+    assert dist["slowest_rank"] in (0, 1)
+    assert all(r["data_wait_mean_s"] is not None and r["train_step_mean_s"] > 0 for r in dist["ranks"])
+    assert results["progress"]["images_done"] == train_images
+    # rank 0 alone writes the run's files; rank 1 leaves only its log (and Lightning's profile report)
+    assert sorted(p.name for p in run_dir.glob("results*.json")) == ["results.json"]
+    assert (run_dir / "train_rank1.log").is_file() and not (run_dir / "train_rank1").exists()
+    assert "Data-parallel ranks" in (run_dir / "summary.txt").read_text()
+    return results
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_writes_one_results_json_with_rows_that_add_up(tmp_path, tiny_carvana):
+    run_dir = tmp_path / "run"
+    args = [*TINY, f"data.root={tiny_carvana}", *DDP_CPU, "train_images=16", "hydra.run.dir=run"]
+    done = run_cli(args, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = assert_one_record_with_rank_rows(run_dir, 16)
+    assert results["quality"]["val_dice"] is not None  # reduced over both ranks' validation images
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no stray output folder
+
+
+@pytest.mark.slow
+def test_a_sweep_of_ddp_jobs_keeps_each_jobs_ranks_in_its_own_folder(tmp_path, tiny_mnist):
+    """Lightning alone would re-run the whole sweep per rank into ./outputs/...: segperf starts
+    each job's second rank as that job, in that job's folder."""
+    sweep = ["seed=0,1", "hydra.sweep.dir=sweep", "hydra.sweep.subdir=${hydra.job.num}"]  # short folder names
+    args = ["-m", *MNIST_TINY, f"data.root={tiny_mnist}", *DDP_CPU, *sweep]
+    done = run_cli(args, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from the other ranks
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert [p.name for p in jobs] == ["0", "1"]
+    for job in jobs:
+        results = assert_one_record_with_rank_rows(job, 128)
+        assert results["quality"]["val_accuracy"] is not None
+        assert (job / ".hydra" / "config.yaml").is_file()
+    seeds = [read(job / "results.json")["config"]["seed"] for job in jobs]
+    assert seeds == [0, 1]  # each job's ranks ran that job's settings
+    assert torch.distributed.is_available()
