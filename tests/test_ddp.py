@@ -297,3 +297,35 @@ def test_a_sweep_of_ddp_jobs_keeps_each_jobs_ranks_in_its_own_folder(tmp_path, t
     seeds = [read(job / "results.json")["config"]["seed"] for job in jobs]
     assert seeds == [0, 1]  # each job's ranks ran that job's settings
     assert torch.distributed.is_available()
+
+
+# -- the README's commands ----------------------------------------------------------------------
+def scaling_out_commands() -> list[list[str]]:
+    """The `python -m segperf.train` commands of the README's "Scaling out" section, as argv."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Scaling out", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    return [shlex.split(line)[3:] for line in block.splitlines() if line.startswith("python -m segperf.train")]
+
+
+def first_of_each_sweep(args: list[str]) -> list[str]:
+    return [a.split(",")[0] if "=" in a and "," in a and "[" not in a else a for a in args if a != "-m"]
+
+
+def test_readme_scaling_out_commands_compose_with_matching_ddp_and_slurm_settings():
+    from hydra import compose, initialize_config_dir
+
+    from segperf.config import CONFIG_DIR
+
+    commands = scaling_out_commands()
+    assert len(commands) == 4  # one node with N GPUs, the CPU, several nodes under SLURM, a SLURM sweep
+    for args in commands:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=first_of_each_sweep(args), return_hydra_config=True)
+        assert cfg.trainer.strategy == "ddp"
+        if "hydra/launcher=slurm" in args:  # what Lightning checks against SLURM's task counts
+            launcher = cfg.hydra.launcher
+            assert launcher.tasks_per_node == launcher.gpus_per_node == cfg.trainer.devices
+            assert launcher.nodes == cfg.trainer.num_nodes
