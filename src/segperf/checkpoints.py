@@ -48,6 +48,12 @@ class InterruptCheckpoint(Checkpoint):
             self.signal = "SIGTERM"
         if trainer.global_step == 0:
             return
+        if trainer.world_size > 1 and self.signal is None:
+            # DDP: an error stops one rank while the others sit in a collective and would never
+            # reach the checkpoint's barrier (a signal reaches every rank: Lightning forwards
+            # SIGTERM to the ranks it started, Ctrl-C and SLURM signal them all). last.ckpt stays.
+            print(f"segperf: no {self.path.name} after an error in a data-parallel run; last.ckpt is kept")
+            return
         try:
             trainer.save_checkpoint(self.path)
             print(f"segperf: saved {self.path} at step {trainer.global_step}")

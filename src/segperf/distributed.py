@@ -96,6 +96,7 @@ def rank_row(results: dict[str, Any], trainer) -> dict[str, Any]:
     forward = per_batch.get("forward_s", [])[warm:]
     ready = [w + f for w, f in zip(waits, forward, strict=False)]  # lists of one run: same length
     device_step = results.get("jitter", {}).get("device_step") or {}
+    resources = results.get("resources") or {}
     return {
         "rank": trainer.global_rank,
         "node_rank": trainer.node_rank,
@@ -115,6 +116,10 @@ def rank_row(results: dict[str, Any], trainer) -> dict[str, Any]:
         # data wait + forward per step: when this rank reaches the gradient all-reduce
         "ready_mean_s": _mean(ready),
         "device_step_mean_s": device_step.get("mean_s"),
+        # this rank's process tree (rank 0's holds the ranks Lightning started on its node)
+        "cpu_mean_percent": resources.get("cpu_mean_percent"),
+        "gpu_util_mean_percent": resources.get("gpu_util_mean_percent"),
+        "peak_allocated_bytes": resources.get("peak_allocated_bytes"),
     }
 
 

@@ -8,6 +8,7 @@ calls `finish()` once at the end, whatever happened.
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -48,7 +49,7 @@ class RunMeasurement:
         self.enabled = enabled
         self.profiler = PhaseProfiler(dirpath=str(run_dir), filename="lightning-profile") if enabled else None
         self.clock = PhaseClock(warmup_steps=warmup_steps, device_events=enabled)
-        gpu_index = torch.cuda.current_device() if torch.cuda.is_available() else None
+        gpu_index = sampled_gpu() if torch.cuda.is_available() else None
         self.sampler = ResourceSampler(interval_s=sample_interval_s, gpu_index=gpu_index) if enabled else None
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.run_start = time.perf_counter()
@@ -183,6 +184,17 @@ class RunMeasurement:
                     writer.add_scalar("resources/gpu_mem_mib", sample.gpu_mem_bytes / 2**20, step)
             log_histograms(writer, batches, trainer.global_step)
             writer.flush()
+
+
+def sampled_gpu() -> int:
+    """The GPU this process trains on. Under DDP the sampler starts before Lightning picks the
+    rank's device, so read the rank: LOCAL_RANK (set for the ranks Lightning or torchrun start)
+    or SLURM_LOCALID (srun); one process: torch's current device."""
+    for key in ("LOCAL_RANK", "SLURM_LOCALID"):
+        value = os.environ.get(key, "")
+        if value.isdigit() and int(value) < torch.cuda.device_count():
+            return int(value)
+    return torch.cuda.current_device()
 
 
 def module_input_size(trainer) -> tuple[int, int]:

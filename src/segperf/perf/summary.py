@@ -232,5 +232,6 @@ def _distributed_notes(dist: dict[str, Any] | None) -> list[str]:
         return []
     return [
         "Data-parallel run: images and train images/s add up all ranks; phases, resources, jitter, TFLOP/s and "
-        "MFU are rank 0's (per device). ready = data wait + forward: when a rank joins the gradient all-reduce.",
+        "MFU are rank 0's (per device; its process tree holds the ranks Lightning started on its node). "
+        "ready = data wait + forward: when a rank joins the gradient all-reduce.",
     ]
