@@ -86,6 +86,15 @@ def test_over_more_than_one_pass_no_rank_repeats_an_image_before_the_split_is_us
     assert max(Counter(shares[0] + shares[1]).values()) == 2
 
 
+def test_a_resumed_rank_goes_on_with_its_own_share_where_it_stopped(tiny_carvana):
+    """Every rank loads rank 0's checkpoint: the same batch count, applied to each rank's share."""
+    for rank in (0, 1):
+        whole = list(make_dm(tiny_carvana, rank, 2, train_images=24).train_dataloader().sampler)  # 12 images
+        resumed = make_dm(tiny_carvana, rank, 2, train_images=24).train_dataloader()  # a new process
+        resumed.load_state_dict({"batches_done": 2, "samples_done": 4})
+        assert list(resumed.sampler) == whole[4:] and len(resumed) == 6  # Lightning's counter ends the epoch
+
+
 def test_validation_images_are_split_between_ranks_once_each(tiny_carvana):
     subsets = [make_dm(tiny_carvana, rank, 2, val_images=5).val_dataloader().dataset for rank in (0, 1)]
     single = make_dm(tiny_carvana, 0, 1, val_images=5).val_dataloader().dataset
