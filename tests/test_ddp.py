@@ -16,7 +16,7 @@ import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from segperf.data.base import RankShard
 from segperf.data.datamodule import CarvanaDataModule
@@ -44,6 +44,25 @@ def test_trainer_ddp_takes_devices_and_nodes_from_the_command_line():
 def test_a_misspelt_trainer_key_fails_while_composing():
     with pytest.raises(Exception, match="num_node"):
         compose_config("trainer=ddp", "trainer.num_node=2")
+
+
+@pytest.mark.parametrize("group", ["workers=auto", "threads=all"])
+def test_auto_workers_and_threads_share_the_nodes_cores_between_its_ranks(group, monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    key = "data.num_workers" if group.startswith("workers") else "num_threads"
+    single = compose_config(group)
+    ddp = compose_config(group, "trainer=ddp", "trainer.devices=4")
+    assert (OmegaConf.select(single, key), OmegaConf.select(ddp, key)) == (16, 4)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")  # srun gives each task its own CPUs
+    assert OmegaConf.select(compose_config(group, "trainer=ddp", "trainer.devices=4"), key) == 6
+
+
+def test_device_count_reads_every_form_of_trainer_devices(monkeypatch):
+    from segperf.config import device_count
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert [device_count(d) for d in (1, 4, [0, 1], "3", "0,1,2", "auto", -1)] == [1, 4, 2, 3, 3, 8, 8]
 
 
 # -- each rank's share of the data ------------------------------------------------------------

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -19,18 +21,46 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def half_available_cores() -> int:
-    """Half of `available_cores()`, at least one (threads=half)."""
-    return max(1, available_cores() // 2)
+def device_count(devices: Any) -> int:
+    """How many devices `trainer.devices` asks for on this node: an int, a list of ids, "0,1",
+    or "auto"/-1 (every GPU, or 1 on a CPU)."""
+    if isinstance(devices, bool):
+        return 1
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if isinstance(devices, str) and devices.strip() not in ("auto", "-1", ""):
+        parts = [p for p in devices.split(",") if p.strip()]
+        return int(parts[0]) if len(parts) == 1 and parts[0].strip().isdigit() else max(1, len(parts))
+    if isinstance(devices, Sequence) and not isinstance(devices, str):
+        return max(1, len(devices))
+    import torch  # "auto" / -1: what Lightning would take
+
+    return max(1, torch.cuda.device_count())
+
+
+def cores_per_rank(devices: Any = 1) -> int:
+    """The cores one training process may use (workers=auto, threads=all). Under SLURM, srun gives
+    every task its own CPUs (SLURM_CPUS_PER_TASK). Otherwise the processes of this node share
+    this process's affinity mask: with trainer=ddp, Lightning starts `devices` of them, and each
+    taking every core would oversubscribe the node `devices` times."""
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        return min(available_cores(), int(slurm))
+    return max(1, available_cores() // device_count(devices))
+
+
+def half_cores_per_rank(devices: Any = 1) -> int:
+    """Half of `cores_per_rank()`, at least one (threads=half)."""
+    return max(1, cores_per_rank(devices) // 2)
 
 
 def register_resolvers() -> None:
-    """`${available_cores:}` (workers=auto, threads=all) and `${half_available_cores:}` (threads=half)
-    in the configs. Idempotent."""
-    if not OmegaConf.has_resolver("available_cores"):
-        OmegaConf.register_new_resolver("available_cores", available_cores)
-    if not OmegaConf.has_resolver("half_available_cores"):
-        OmegaConf.register_new_resolver("half_available_cores", half_available_cores)
+    """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all) and
+    `${half_cores_per_rank:${trainer.devices}}` (threads=half) in the configs. Idempotent."""
+    if not OmegaConf.has_resolver("cores_per_rank"):
+        OmegaConf.register_new_resolver("cores_per_rank", cores_per_rank)
+    if not OmegaConf.has_resolver("half_cores_per_rank"):
+        OmegaConf.register_new_resolver("half_cores_per_rank", half_cores_per_rank)
 
 
 def segperf_cache_dir() -> Path:
