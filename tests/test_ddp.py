@@ -313,6 +313,11 @@ def test_a_sweep_of_ddp_jobs_on_two_cpu_processes_writes_one_record_per_job_in_i
         assert (job / "checkpoints" / "last.ckpt").is_file() and (job / ".hydra" / "config.yaml").is_file()
     seeds = [read(job / "results.json")["config"]["seed"] for job in jobs]
     assert seeds == [0, 1]  # each job's ranks ran that job's settings
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    events = EventMultiplexer().AddRunsFromDirectory(str(jobs[0])).Reload()
+    tags = {tag for run in events.Runs().values() for tag in run.get("scalars", [])}
+    assert {"ranks/images_per_s/rank0", "ranks/images_per_s/rank1", "ranks/ready_mean_s/rank1"} <= tags
 
 
 # -- the README's commands ----------------------------------------------------------------------

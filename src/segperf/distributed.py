@@ -175,6 +175,26 @@ def gather_ranks(results: dict[str, Any], trainer) -> None:
     train["images_per_s"] = combined["images_per_s"]
 
 
+def log_ranks(trainer, results: dict[str, Any]) -> None:
+    """The per-rank rows in TensorBoard (rank 0's loggers): one chart per quantity, one series
+    per rank (`ranks/<quantity>/rank<N>`), so a straggler stands out next to the others."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    dist = results.get("distributed")
+    if not dist:
+        return
+    quantities = ("images_per_s", "data_wait_mean_s", "train_step_mean_s", "ready_mean_s")
+    for logger in trainer.loggers:
+        if not isinstance(logger, TensorBoardLogger):
+            continue
+        writer = logger.experiment
+        for row in dist["ranks"]:
+            for quantity in quantities:
+                if row.get(quantity) is not None:
+                    writer.add_scalar(f"ranks/{quantity}/rank{row['rank']}", row[quantity], trainer.global_step)
+        writer.flush()
+
+
 def is_distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 

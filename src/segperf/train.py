@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from segperf.adapt import adapt_to_machine, adjustment_notice
 from segperf.checkpoints import AtomicCheckpointIO, InterruptCheckpoint, Terminated, TerminateOutsideTraining
 from segperf.config import CONFIG_DIR
-from segperf.distributed import DistributedJob, gather_ranks, is_distributed, per_job_rank_commands
+from segperf.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks, per_job_rank_commands
 from segperf.errors import SegperfError, explain, is_worker_error
 from segperf.model.unet import UNet, describe
 from segperf.perf.counters import HardwareCounters
@@ -159,6 +159,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         if trainer.is_global_zero if trainer is not None else rank_zero_only.rank == 0:
             if trainer is not None:
                 log_hparams(trainer, results)
+                log_ranks(trainer, results)
             write_json_atomic(run_dir / "results.json", results)
             summary = format_run_summary(results)
             write_text_atomic(run_dir / "summary.txt", summary)
