@@ -378,3 +378,38 @@ def test_an_error_on_one_rank_does_not_wait_for_the_others_to_checkpoint(tmp_pat
     assert saved == []  # the others sit in a collective: a checkpoint barrier would never return
     InterruptCheckpoint(tmp_path).on_exception(trainer, None, KeyboardInterrupt())
     assert saved == [tmp_path / "interrupted.ckpt"]  # Ctrl-C reaches every rank: all of them save
+
+
+def test_report_shows_scaling_efficiency_and_the_straggler_of_ddp_configurations(tmp_path):
+    from segperf.report import build_report
+    from segperf.sweep import load_sweep
+    from tests.test_report import make_results, write_sweep
+
+    def ddp(ips: float, slowest: int, seed: int) -> dict:
+        dist = {"world_size": 4, "slowest_rank": slowest, "slowest_lag_s": 0.012, "ranks": []}
+        return make_results(ips, seed=seed, distributed=dist)
+
+    sweep = write_sweep(
+        tmp_path / "sweep",
+        {
+            "0_trainer=default,seed=0": make_results(100.0, seed=0),
+            "1_trainer=ddp,seed=0": ddp(360.0, 2, 0),
+            "2_trainer=default,seed=1": make_results(100.0, seed=1),
+            "3_trainer=ddp,seed=1": ddp(360.0, 2, 1),
+        },
+    )
+    report = build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()
+    section = report.split("## Data-parallel scaling", 1)[1]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("| ").split(" | ")] for line in lines)}
+    assert rows["trainer=ddp"][1:] == ["4", "360", "90.0", "3.60×", "90%", "2 (2 of 2 runs)", "12"]
+    assert rows["trainer=default"][1:6] == ["1", "100", "100", "1.00×", "100%"]
+
+
+def test_report_of_single_process_runs_has_no_data_parallel_section(tmp_path):
+    from segperf.report import build_report
+    from segperf.sweep import load_sweep
+    from tests.test_report import make_results, write_sweep
+
+    sweep = write_sweep(tmp_path / "sweep", {"0_seed=0": make_results(100.0), "1_seed=1": make_results(90.0, seed=1)})
+    assert "Data-parallel" not in build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()

@@ -195,6 +195,56 @@ def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configu
     return md_table(headers, rows, right=right)
 
 
+def _ranks(config: Configuration) -> int:
+    """Processes per run: distributed.world_size, 1 for a single-process run."""
+    return int(config.stat("distributed.world_size").median or 1)
+
+
+def data_parallel_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    """What more devices bought: total and per-rank images/s, speed-up over the baseline, scaling
+    efficiency (speed-up per rank added: 100% is perfect linear scaling) and the straggler."""
+    if not any(c.stat("distributed.world_size").n for c in configs):
+        return []
+    headers = ["configuration", "ranks", "images/s (all ranks)", "per rank", "speed-up", "scaling efficiency"]
+    headers += ["slowest rank", "its lag ms"]
+    base_ranks = _ranks(baseline) if baseline else None
+    base_ips = baseline.stat("train.images_per_s").median if baseline else None
+    rows = []
+    for c in configs:
+        ranks, ips = _ranks(c), c.stat("train.images_per_s").median
+        ratio = ips / base_ips if ips is not None and base_ips else None
+        efficiency = None if ratio is None else ratio / (ranks / base_ranks)
+        slowest = Counter(r for r in c.values("distributed.slowest_rank") if r is not None)
+        lag = c.stat("distributed.slowest_lag_s").median
+        if slowest:
+            (rank, n), runs = slowest.most_common(1)[0], len(c.ok_runs)
+            slowest_text = f"{rank}" + (f" ({n} of {runs} runs)" if runs > 1 else "")
+        else:
+            slowest_text = "n/a"
+        rows.append(
+            [
+                c.label,
+                str(ranks),
+                fmt_num(ips, 3),
+                fmt_num(None if ips is None else ips / ranks, 3),
+                "n/a" if ratio is None else f"{ratio:.2f}×",
+                "n/a" if efficiency is None else f"{efficiency:.0%}",
+                slowest_text,
+                fmt_num(None if lag is None else lag * 1000, 2),
+            ]
+        )
+    lines = ["## Data-parallel scaling", "", *md_table(headers, rows, right=set(range(1, 8))), ""]
+    lines += [
+        "images/s: median over repeats, all ranks together; per rank: that over the ranks. Scaling efficiency: "
+        f"speed-up over `{baseline.label if baseline else 'n/a'}` divided by the ratio of their rank counts "
+        "(100%: N ranks are N times as fast). Slowest rank: the one that reaches the gradient all-reduce last "
+        "(data wait + forward), the one the others wait for; its lag: how much later, per step, than the median "
+        "of the others.",
+        "",
+    ]
+    return lines
+
+
 def inference_table(configs: list[Configuration], ratios: bool = True) -> list[str]:
     headers = ["configuration", "runs", "end-to-end images/s", "ratio", "model-only images/s", "ratio"]
     headers += ["agreement vs fp32", "Dice vs fp32"]
@@ -286,6 +336,7 @@ def build_report(
             "",
         ]
         lines += repeats_section(train, baseline)
+        lines += data_parallel_section(train, baseline)
         if charts_too:
             made = [
                 ("Training time by phase", charts.time_by_phase(train, out)),
