@@ -144,6 +144,9 @@ def start_run(run_dir, data_root, extra=()) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as in a terminal: a shell's background job (`make test &`) ignores SIGINT and
+        # passes that on; Python then never turns SIGINT into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

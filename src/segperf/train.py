@@ -149,23 +149,29 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         if counters is not None:
             results["counters"] = counters.finish()
         finish_results(results, cfg, trainer, datamodule, module, run_dir)
-        if trainer is not None and trainer.world_size > 1 and results["status"] == "completed" and is_distributed():
-            try:
-                gather_ranks(results, trainer)  # every rank's row to rank 0
-            except Exception as error:  # a rank gone: keep rank 0's own record
-                _notice(results, f"per-rank measurement not gathered ({type(error).__name__}: {error})")
-        job.close()
-        # one run, one record: under DDP every rank runs this function, rank 0 writes
-        if trainer.is_global_zero if trainer is not None else rank_zero_only.rank == 0:
-            if trainer is not None:
-                log_hparams(trainer, results)
-                log_ranks(trainer, results)
-            write_json_atomic(run_dir / "results.json", results)
-            summary = format_run_summary(results)
-            write_text_atomic(run_dir / "summary.txt", summary)
-            print(summary, end="")
-            print(f"Results: {run_dir / 'results.json'}")
+        gather_and_record(results, trainer, run_dir, job)
     return results
+
+
+def gather_and_record(results: dict[str, Any], trainer, run_dir: Path, job: DistributedJob) -> None:
+    """One run, one record: under DDP every rank runs train() and sends its row to rank 0, which
+    alone writes results.json, summary.txt and the run's last TensorBoard entries."""
+    if trainer is not None and trainer.world_size > 1 and results["status"] == "completed" and is_distributed():
+        try:
+            gather_ranks(results, trainer)
+        except Exception as error:  # a rank gone: keep rank 0's own record
+            _notice(results, f"per-rank measurement not gathered ({type(error).__name__}: {error})")
+    job.close()
+    if not (trainer.is_global_zero if trainer is not None else rank_zero_only.rank == 0):
+        return
+    if trainer is not None:
+        log_hparams(trainer, results)
+        log_ranks(trainer, results)
+    write_json_atomic(run_dir / "results.json", results)
+    summary = format_run_summary(results)
+    write_text_atomic(run_dir / "summary.txt", summary)
+    print(summary, end="")
+    print(f"Results: {run_dir / 'results.json'}")
 
 
 def _notice(results: dict[str, Any], text: str) -> None:
