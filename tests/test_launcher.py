@@ -37,6 +37,15 @@ def test_slurm_launcher_defaults_to_one_task_per_gpu_and_submitit_requeue():
     assert OmegaConf.to_container(launcher)["submitit_folder"] == "${hydra.sweep.dir}/.submitit/%j"
 
 
+def test_slurm_request_follows_the_ddp_trainer_one_task_per_gpu():
+    cfg = compose_with_hydra("hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2")
+    launcher = cfg.hydra.launcher
+    assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (2, 4, 4)
+    # a list of device ids counts its ids
+    ids = compose_with_hydra("hydra/launcher=slurm", "trainer=ddp", "trainer.devices=[0,1]").hydra.launcher
+    assert (ids.nodes, ids.gpus_per_node, ids.tasks_per_node) == (1, 2, 2)
+
+
 def test_slurm_settings_from_the_command_line_reach_the_launcher():
     cfg = compose_with_hydra(
         "hydra/launcher=slurm",
@@ -63,7 +72,7 @@ def test_slurm_sweep_submits_an_sbatch_script_with_the_settings(tmp_path, monkey
     executors = []
     monkeypatch.setattr(submitit.AutoExecutor, "map_array", lambda self, fn, *args: executors.append(self) or [])
     sweep = tmp_path / "sweep"
-    overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=4"]
+    overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "trainer=ddp", "trainer.devices=4"]
     cfg = compose_with_hydra(*overrides, "hydra.launcher.setup=[module load cuda]", f"hydra.sweep.dir={sweep}")
 
     launcher = instantiate(cfg.hydra.launcher)

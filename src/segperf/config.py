@@ -55,12 +55,15 @@ def half_cores_per_rank(devices: Any = 1) -> int:
 
 
 def register_resolvers() -> None:
-    """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all) and
-    `${half_cores_per_rank:${trainer.devices}}` (threads=half) in the configs. Idempotent."""
+    """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all),
+    `${half_cores_per_rank:${trainer.devices}}` (threads=half) and `${device_count:...}` in the
+    configs. Idempotent."""
     if not OmegaConf.has_resolver("cores_per_rank"):
         OmegaConf.register_new_resolver("cores_per_rank", cores_per_rank)
     if not OmegaConf.has_resolver("half_cores_per_rank"):
         OmegaConf.register_new_resolver("half_cores_per_rank", half_cores_per_rank)
+    if not OmegaConf.has_resolver("device_count"):  # hydra/launcher=slurm: GPUs per node from trainer.devices
+        OmegaConf.register_new_resolver("device_count", device_count)
 
 
 def segperf_cache_dir() -> Path:
