@@ -16,7 +16,7 @@ import segperf.infer as infer_module
 from segperf.config import CONFIG_DIR
 from segperf.infer import infer
 from segperf.inference import InferenceError, benchmark, load_net
-from segperf.train import train
+from segperf.run import train
 from tests.conftest import TINY, compose_config
 
 # reduced-precision weights must keep this share of fp32's pixel predictions

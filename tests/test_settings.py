@@ -7,8 +7,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from segperf import adapt
+from segperf.run import train
 from segperf.schema import SettingsError, check_settings, problems_in
-from segperf.train import train
 from tests.conftest import compose_config
 
 

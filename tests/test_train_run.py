@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from segperf.train import train
+from segperf.run import train
 from segperf.trainer import precision_notice
 
 RESULT_KEYS = {"status", "dataset", "train", "quality", "config"}

@@ -10,7 +10,7 @@ the job's folder as `hydra.run.dir`, and no `.hydra/` of its own. Lightning has 
 for the command, so `per_job_rank_commands` swaps its module-level helper for the duration of
 `fit` (a test fails if Lightning renames it). Under SLURM (srun starts every rank) and torchrun
 nothing is re-launched; every rank runs in the job's folder and only rank 0 writes the run's
-files (segperf.train).
+files (segperf.run).
 
 Each rank measures itself (phases, per-batch data wait and step times); `gather_ranks` brings
 one row per rank to rank 0 (torch.distributed.all_gather_object), adds them up and names the
