@@ -413,3 +413,21 @@ def test_report_of_single_process_runs_has_no_data_parallel_section(tmp_path):
 
     sweep = write_sweep(tmp_path / "sweep", {"0_seed=0": make_results(100.0), "1_seed=1": make_results(90.0, seed=1)})
     assert "Data-parallel" not in build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()
+
+
+def test_a_rank_row_takes_steady_state_steps_and_the_device_step_mean():
+    from segperf.distributed import rank_row
+
+    per_batch = {"warmup_steps": 1, "data_wait_s": [9.0, 0.01, 0.03], "train_step_s": [9.0, 0.1, 0.3]}
+    per_batch["forward_s"] = [9.0, 0.04, 0.06]
+    results = {
+        "status": "completed",
+        "train": {"images": 12, "steps": 3, "images_per_s": 40.0, "wall_s": 1.0},
+        "jitter": {"per_batch": per_batch, "device_step": {"count": 2, "mean": 0.18}},
+        "resources": {"cpu_mean_percent": 95.0, "gpu_util_mean_percent": 80.0, "peak_allocated_bytes": 2**30},
+    }
+    trainer = SimpleNamespace(global_rank=1, node_rank=0, local_rank=1, strategy=SimpleNamespace(root_device="cuda:1"))
+    row = rank_row(results, trainer)
+    assert row["data_wait_mean_s"] == pytest.approx(0.02) and row["train_step_s"] == pytest.approx(0.4)
+    assert row["ready_mean_s"] == pytest.approx(0.07)  # warm-up step left out
+    assert (row["device_step_mean_s"], row["gpu_util_mean_percent"], row["device"]) == (0.18, 80.0, "cuda:1")

@@ -23,7 +23,8 @@ def available_cores() -> int:
 
 def device_count(devices: Any) -> int:
     """How many devices `trainer.devices` asks for on this node: an int, a list of ids, "0,1",
-    or "auto"/-1 (every GPU, or 1 on a CPU)."""
+    or "auto"/-1 (every GPU, or 1 on a CPU). Not Lightning's device parser: that one checks the
+    GPUs are present, and the SLURM request is composed on a login node, which has none."""
     if isinstance(devices, bool):
         return 1
     if isinstance(devices, int) and devices > 0:

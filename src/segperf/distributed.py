@@ -115,7 +115,7 @@ def rank_row(results: dict[str, Any], trainer) -> dict[str, Any]:
         "forward_mean_s": _mean(forward),
         # data wait + forward per step: when this rank reaches the gradient all-reduce
         "ready_mean_s": _mean(ready),
-        "device_step_mean_s": device_step.get("mean_s"),
+        "device_step_mean_s": device_step.get("mean"),  # a jitter distribution (CUDA events)
         # this rank's process tree (rank 0's holds the ranks Lightning started on its node)
         "cpu_mean_percent": resources.get("cpu_mean_percent"),
         "gpu_util_mean_percent": resources.get("gpu_util_mean_percent"),
