@@ -38,9 +38,14 @@ class Stat:
     max: float | None
 
 
+def present_numbers(values: Any) -> list[float]:
+    """The numbers among `values`: None, NaN and booleans (a missing or failed repeat) left out."""
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+
+
 def summarize(values: Any) -> Stat:
     """Median/min/max ignoring None (a failed or unmeasured repeat must not count as zero)."""
-    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+    nums = present_numbers(values)
     if not nums:
         return Stat(0, None, None, None)
     return Stat(len(nums), statistics.median(nums), min(nums), max(nums))
@@ -60,7 +65,7 @@ class Spread:
 
 def spread(values: Any) -> Spread:
     """Mean, sample standard deviation (n - 1) and range, ignoring None like `summarize`."""
-    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+    nums = present_numbers(values)
     if not nums:
         return Spread(0, None, None, None, None)
     std = statistics.stdev(nums) if len(nums) > 1 else None
