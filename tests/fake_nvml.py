@@ -1,7 +1,7 @@
 """A stand-in for the `pynvml` module (nvidia-ml-py) with programmable behaviour, so the GPU columns of the resource
 sampler are tested on a machine without a GPU.
 
-Only what segperf.perf.resources uses is here, with pynvml's names. `nvmlDeviceGetSamples` behaves like NVML: it
+Only what segperf.perf.nvml uses is here, with pynvml's names. `nvmlDeviceGetSamples` behaves like NVML: it
 returns only samples newer than the timestamp passed in, and raises NVMLError_NotFound when there are none.
 """
 

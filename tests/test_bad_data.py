@@ -192,7 +192,7 @@ def test_check_does_not_decode_images(data, monkeypatch):
 
 
 def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(data, tiny_cfg, tmp_path):
-    from segperf.run import train
+    from segperf.training.run import train
 
     root, victim = data, _cut_in_half(_images(data)[5])
     with pytest.raises(BadDataError, match=victim.name) as error:
@@ -204,7 +204,7 @@ def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(dat
 
 
 def test_skip_leaves_the_bad_sample_out_and_records_it_in_results(data, tiny_cfg, tmp_path):
-    from segperf.run import train
+    from segperf.training.run import train
 
     root, victim = data, _cut_in_half(_images(data)[5])
     with pytest.warns(UserWarning, match="1"):

@@ -148,7 +148,7 @@ def test_an_unknown_cache_mode_is_refused_naming_the_setting(tiny_carvana):
 
 
 def test_a_training_run_with_cache_device_and_augmentation_completes_on_the_cpu(tiny_cfg, tmp_path):
-    from segperf.run import train
+    from segperf.training.run import train
 
     results = train(tiny_cfg("cache=device", "augment=basic", "decode=reduced", "val_every_images=1000"), tmp_path)
     assert results["status"] == "completed" and results["train"]["images"] == 8

@@ -10,8 +10,8 @@ from hydra.utils import instantiate
 
 from segperf.data.mnist import read_split
 from segperf.model.cnn import ClassificationModule, DigitCNN
-from segperf.run import train
 from segperf.schema import problems_in
+from segperf.training.run import train
 from tests.conftest import MNIST_TINY, compose_config
 
 

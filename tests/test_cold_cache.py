@@ -54,7 +54,7 @@ def test_a_run_records_whether_its_page_cache_was_cold(tiny_carvana, monkeypatch
 
 def test_the_report_marks_cold_and_warm_runs(tmp_path):
     from segperf.report import build_report
-    from segperf.sweep import load_sweep
+    from segperf.report.sweep import load_sweep
     from tests.test_report import make_results, table_rows, write_sweep
 
     cold_run = make_results(2.0, dataset={"page_cache": "cold"})

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 from segperf.config import CONFIG_DIR, available_cores
 from segperf.data.prefetch import ThreadPrefetchLoader
 from segperf.data.resumable import ResumableLoader
-from segperf.trainer import build_trainer
+from segperf.training.trainer import build_trainer
 from tests.conftest import compose_config
 
 # group -> option -> (config key, expected value). Every option file in conf/ must be listed.
@@ -186,7 +186,7 @@ def test_precision_reaches_the_trainer_as_asked_even_fp16_on_cpu(tiny_cfg, optio
 
 
 def test_reduced_precision_on_a_cpu_without_native_support_gets_a_notice():
-    from segperf.trainer import precision_notice
+    from segperf.training.trainer import precision_notice
 
     avx2_only = {"fma", "avx2"}
     assert "avx512_bf16" in precision_notice("bf16-mixed", "cpu", avx2_only)

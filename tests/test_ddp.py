@@ -20,11 +20,11 @@ from omegaconf import OmegaConf, open_dict
 
 from segperf.data.base import RankShard
 from segperf.data.datamodule import CarvanaDataModule
-from segperf.distributed import LAUNCH_ENV, DistributedJob, combine, per_job_rank_commands, rank_command
 from segperf.errors import DataSizeError
 from segperf.perf.summary import format_run_summary
-from segperf.resume import resume_argv
 from segperf.schema import check_settings
+from segperf.training.distributed import LAUNCH_ENV, DistributedJob, combine, per_job_rank_commands, rank_command
+from segperf.training.resume import resume_argv
 from tests.conftest import MNIST_TINY, TINY, compose_config, run_cli
 
 
@@ -370,7 +370,7 @@ def test_each_rank_samples_the_gpu_of_its_local_rank(monkeypatch):
 
 
 def test_an_error_on_one_rank_does_not_wait_for_the_others_to_checkpoint(tmp_path):
-    from segperf.checkpoints import InterruptCheckpoint
+    from segperf.training.checkpoints import InterruptCheckpoint
 
     saved = []
     trainer = SimpleNamespace(global_step=5, world_size=2, save_checkpoint=saved.append)
@@ -382,7 +382,7 @@ def test_an_error_on_one_rank_does_not_wait_for_the_others_to_checkpoint(tmp_pat
 
 def test_report_shows_scaling_efficiency_and_the_straggler_of_ddp_configurations(tmp_path):
     from segperf.report import build_report
-    from segperf.sweep import load_sweep
+    from segperf.report.sweep import load_sweep
     from tests.test_report import make_results, write_sweep
 
     def ddp(ips: float, slowest: int, seed: int) -> dict:
@@ -408,7 +408,7 @@ def test_report_shows_scaling_efficiency_and_the_straggler_of_ddp_configurations
 
 def test_report_of_single_process_runs_has_no_data_parallel_section(tmp_path):
     from segperf.report import build_report
-    from segperf.sweep import load_sweep
+    from segperf.report.sweep import load_sweep
     from tests.test_report import make_results, write_sweep
 
     sweep = write_sweep(tmp_path / "sweep", {"0_seed=0": make_results(100.0), "1_seed=1": make_results(90.0, seed=1)})
@@ -416,7 +416,7 @@ def test_report_of_single_process_runs_has_no_data_parallel_section(tmp_path):
 
 
 def test_a_rank_row_takes_steady_state_steps_and_the_device_step_mean():
-    from segperf.distributed import rank_row
+    from segperf.training.distributed import rank_row
 
     per_batch = {"warmup_steps": 1, "data_wait_s": [9.0, 0.01, 0.03], "train_step_s": [9.0, 0.1, 0.3]}
     per_batch["forward_s"] = [9.0, 0.04, 0.06]

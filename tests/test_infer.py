@@ -12,11 +12,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-import segperf.infer as infer_module
+import segperf.inference.run as infer_module
 from segperf.config import CONFIG_DIR
-from segperf.infer import infer
 from segperf.inference import InferenceError, benchmark, load_net
-from segperf.run import train
+from segperf.inference.run import infer
+from segperf.training.run import train
 from tests.conftest import TINY, compose_config
 
 # reduced-precision weights must keep this share of fp32's pixel predictions

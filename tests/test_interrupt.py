@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.utils.data import RandomSampler
 
-from segperf.checkpoints import AtomicCheckpointIO, UnsafeCheckpointError, load_weights_only
 from segperf.data.resumable import ResumableLoader, SkippingSampler
-from segperf.resume import resume_argv, resume_checkpoint
 from segperf.schema import SettingsError
+from segperf.training.checkpoints import AtomicCheckpointIO, UnsafeCheckpointError, load_weights_only
+from segperf.training.resume import resume_argv, resume_checkpoint
 from tests.conftest import REPO
 
 # -- the loader resumes where the run stopped ----------------------------------------------------
@@ -219,7 +219,7 @@ def test_a_crash_while_writing_results_leaves_the_previous_results_intact(tmp_pa
 
 
 def test_sigterm_outside_the_training_loop_raises_like_ctrl_c_and_inside_leaves_it_to_lightning():
-    from segperf.checkpoints import Terminated, TerminateOutsideTraining
+    from segperf.training.checkpoints import Terminated, TerminateOutsideTraining
 
     guard = TerminateOutsideTraining()
     with pytest.raises(Terminated):

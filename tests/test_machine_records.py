@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from segperf.comparability import describe_machine, differences
 from segperf.perf.machine import LIBRARIES, machine_info, nvidia_driver
 from segperf.report import build_report, main
-from segperf.sweep import load_sweep
+from segperf.report.comparability import describe_machine, differences
+from segperf.report.sweep import load_sweep
 from tests.fake_nvml import FakeNvml
 from tests.test_report import make_results, table_rows, write_sweep
 

@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from segperf.data.dataset import CarvanaDataset
 from segperf.perf.summary import format_run_summary
-from segperf.run import train
+from segperf.training.run import train
 
 SEED_PHASES = {
     "define_model",

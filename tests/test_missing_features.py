@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset
 from segperf.data.dataset import CarvanaDataset
 from segperf.errors import explain, is_worker_error
 from segperf.model import SegmentationModule, UNet
-from segperf.run import train
+from segperf.training.run import train
 
 
 def failing_backend(graph_module, example_inputs):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from segperf.report import build_report, main
-from segperf.sweep import Spread, Stat, distinguishable, load_sweep, speedup, spread, summarize
+from segperf.report.sweep import Spread, Stat, distinguishable, load_sweep, speedup, spread, summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPEATS = FIXTURES / "sweep_repeats"  # data.num_workers=0,1,2 x seed=0,1,2, seed-major job order

@@ -9,14 +9,11 @@ import time
 
 import pytest
 
-from segperf.perf.machine import format_header, format_mib, format_usage, machine_info
-from segperf.perf.resources import (
-    NvmlGpu,
-    ResourceSample,
-    ResourceSampler,
-    format_percent_of_cores,
-    torch_memory,
-)
+from segperf.perf.device_memory import torch_memory
+from segperf.perf.formatting import format_mib, format_percent_of_cores, format_usage
+from segperf.perf.machine import format_header, machine_info
+from segperf.perf.nvml import NvmlGpu
+from segperf.perf.sampler import ResourceSample, ResourceSampler
 from tests.fake_nvml import FakeNvml, NVMLError_NotSupported
 
 MIB = 2**20
@@ -36,13 +33,13 @@ def idle_sampler(nvml=None, gpu_index=None) -> ResourceSampler:
 def test_tree_cpu_includes_child_processes():
     with ResourceSampler(interval_s=0.05, children_refresh_s=0.1) as sampler:
         time.sleep(0.3)
-        idle = sampler.window(0, time.perf_counter()).cpu_mean_percent
+        idle = sampler.window((0, time.perf_counter())).cpu_mean_percent
         t0 = time.perf_counter()
         children = [python(BUSY.format(s=1.2)) for _ in range(2)]
         child_cpu_s = sum(float(c.communicate()[0]) for c in children)  # what the children say they used
         t1 = time.perf_counter()
         time.sleep(0.06)
-    busy = sampler.window(t0, t1)
+    busy = sampler.window((t0, t1))
     sampled_s = busy.cpu_mean_percent / 100 * (t1 - t0)
     print(
         f"idle {idle:.0f}%, busy children {busy.cpu_mean_percent:.0f}% = {sampled_s:.2f} s (they say {child_cpu_s:.2f})"
@@ -57,7 +54,7 @@ def test_tree_cpu_includes_child_processes():
 def test_tree_rss_includes_a_child_holding_memory():
     with ResourceSampler(interval_s=0.05, children_refresh_s=0.1) as sampler:
         time.sleep(0.15)
-        before = sampler.window(0, time.perf_counter()).rss_peak_bytes
+        before = sampler.window((0, time.perf_counter())).rss_peak_bytes
         child = python(HOLD.format(mib=200), stdin=subprocess.PIPE)
         assert child.stdout.readline().strip() == "ready"
         t0 = time.perf_counter()
@@ -66,23 +63,23 @@ def test_tree_rss_includes_a_child_holding_memory():
         child.communicate("")
         time.sleep(0.2)
         t2 = time.perf_counter()
-    held = sampler.window(t0, t1).rss_peak_bytes
+    held = sampler.window((t0, t1)).rss_peak_bytes
     print(f"tree RSS {before / MIB:.0f} MiB, with the child {held / MIB:.0f} MiB")
     assert held - before > 190 * MIB
-    assert sampler.window(t2 - 0.1, t2).rss_peak_bytes - before < 100 * MIB  # the exited child left the tree
+    assert sampler.window((t2 - 0.1, t2)).rss_peak_bytes - before < 100 * MIB  # the exited child left the tree
     assert sampler.notes == []
 
 
 def test_window_picks_samples_inside_and_nearest_when_empty():
     sampler = ResourceSampler()
-    assert sampler.window(0, 1).samples == 0 and sampler.overall().cpu_mean_percent is None
+    assert sampler.window((0, 1)).samples == 0 and sampler.overall().cpu_mean_percent is None
     sampler.samples = [ResourceSample(float(t), 10.0 * t, t * MIB, 10.0 * t, t) for t in range(11)]
-    stats = sampler.window(2.0, 4.0)
+    stats = sampler.window((2.0, 4.0))
     assert (stats.samples, stats.cpu_mean_percent, stats.rss_peak_bytes, stats.nearest) == (3, 30.0, 4 * MIB, False)
     assert (stats.gpu_util_p50, stats.gpu_util_max, stats.gpu_mem_peak_bytes) == (30.0, 40.0, 4)
-    short = sampler.window(4.2, 4.3)  # shorter than the interval: the sample at 5.0 covers (4.0, 5.0]
+    short = sampler.window((4.2, 4.3))  # shorter than the interval: the sample at 5.0 covers (4.0, 5.0]
     assert (short.samples, short.cpu_mean_percent, short.nearest) == (1, 50.0, True)
-    assert sampler.window(20, 21).cpu_mean_percent == 100.0  # after the last sample: the last one
+    assert sampler.window((20, 21)).cpu_mean_percent == 100.0  # after the last sample: the last one
     overall = sampler.overall()
     assert (overall.samples, overall.gpu_util_p50, overall.gpu_util_p90, overall.gpu_util_max) == (11, 50, 90, 100)
 
@@ -99,7 +96,7 @@ def test_fake_nvml_samples_drive_gpu_columns():
         sampler.sample_once()
     t1 = time.perf_counter()
     sampler.stop()
-    stats = sampler.window(t0, t1)
+    stats = sampler.window((t0, t1))
     # per tick: mean of the new samples (15), 40, nothing new -> latest value kept (40), 100
     assert [s.gpu_util_percent for s in sampler.samples[:4]] == [15, 40, 40, 100]
     assert (stats.gpu_util_p50, stats.gpu_util_p90, stats.gpu_util_max) == (40, pytest.approx(82), 100)

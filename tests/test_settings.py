@@ -6,9 +6,9 @@ import json
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from segperf import adapt
-from segperf.run import train
 from segperf.schema import SettingsError, check_settings, problems_in
+from segperf.training import adapt
+from segperf.training.run import train
 from tests.conftest import compose_config
 
 

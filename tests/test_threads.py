@@ -6,8 +6,8 @@ import torch
 
 from segperf.config import CONFIG_DIR, available_cores
 from segperf.model.cnn import ClassificationModule
-from segperf.run import TORCH_THREADS, reset_global_state, train
 from segperf.schema import problems_in
+from segperf.training.run import TORCH_THREADS, reset_global_state, train
 from tests.conftest import MNIST_TINY, compose_config
 
 

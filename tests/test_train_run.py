@@ -6,8 +6,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from segperf.run import train
-from segperf.trainer import precision_notice
+from segperf.training.run import train
+from segperf.training.trainer import precision_notice
 
 RESULT_KEYS = {"status", "dataset", "train", "quality", "config"}
 

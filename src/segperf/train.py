@@ -1,7 +1,7 @@
 """`python -m segperf.train [overrides]`: one measured training run (or a sweep with -m).
 
 The command line only: Hydra composes the config (and answers `--cfg job`, `--help`) before
-the run's heavy imports (segperf.run: torch, Lightning, ...) are made.
+the run's heavy imports (segperf.training.run: torch, Lightning, ...) are made.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from omegaconf import DictConfig
 
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError, explain, is_worker_error
-from segperf.resume import resume_argv
+from segperf.training.resume import resume_argv
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from segperf.checkpoints import Terminated
-    from segperf.run import train
+    from segperf.training.checkpoints import Terminated
+    from segperf.training.run import train
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

@@ -38,7 +38,7 @@ from segperf.data.dataset import CarvanaDataset
 from segperf.data.decode import decode_image
 from segperf.data.layout import Sample, find_samples
 from segperf.data.synthetic import ensure_synthetic
-from segperf.report import md_table
+from segperf.perf.formatting import md_table
 
 REFERENCE = "naive"
 

@@ -5,7 +5,7 @@ rank's share of the data under data-parallel training.
 Under DDP every process builds its own loaders. Lightning would normally swap in a
 DistributedSampler, but segperf's train loader is a resumable wrapper (which Lightning leaves
 alone) and `train_images` counts the images of the whole run, so the sharding is done here,
-with `use_distributed_sampler=False` (segperf.trainer): the seeded global order is dealt out
+with `use_distributed_sampler=False` (segperf.training.trainer): the seeded global order is dealt out
 rank by rank (rank r takes positions r, r+world, ...), so no image is seen twice within a
 pass over the data, across ranks, and the ranks together train on `train_images`.
 

@@ -36,7 +36,7 @@ class SegmentationModule(L.LightningModule):
         super().__init__()
         if memory_format not in ("nchw", "channels_last"):
             raise ValueError(f"model.memory_format={memory_format!r}: use 'nchw' or 'channels_last'")
-        # logged to TensorBoard once at the end, with the run's outcome (segperf.run.log_hparams)
+        # logged to TensorBoard once at the end, with the run's outcome (segperf.training.run.log_hparams)
         self.save_hyperparameters(ignore=["net"], logger=False)
         self.net = net
         self.lr = lr

@@ -22,7 +22,7 @@ from typing import Any
 
 import lightning as L
 
-from segperf.perf.machine import _tree_pids
+from segperf.perf.proctree import tree_pids
 
 EVENTS = ("cycles", "instructions", "cache-references", "cache-misses")
 INSTALL_HINT = "install perf (Debian: apt install linux-perf; Ubuntu: apt install linux-tools-$(uname -r))"
@@ -128,7 +128,7 @@ class HardwareCounters(L.Callback):
         if reason is not None:
             self.result = {"available": False, "reason": reason}
             return
-        pids = ",".join(map(str, _tree_pids(os.getpid())))  # this process and its DataLoader workers
+        pids = ",".join(map(str, tree_pids(os.getpid())))  # this process and its DataLoader workers
         command = ["perf", "stat", "-x,", "-e", ",".join(self.events), "-o", str(self.output), "-p", pids]
         self._proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._started_at = time.perf_counter()

@@ -7,24 +7,26 @@ calls `finish()` once at the end, whatever happened.
 
 from __future__ import annotations
 
-import bisect
 import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from segperf.perf.device_memory import torch_memory
 from segperf.perf.flops import throughput_summary
 from segperf.perf.jitter import jitter_summary, log_histograms
 from segperf.perf.machine import machine_info
 from segperf.perf.phases import PhaseClock, PhaseProfiler, account_phases, steady_state_batches
-from segperf.perf.resources import ResourceSample, ResourceSampler, torch_memory
+from segperf.perf.sampler import ResourceSampler
 from segperf.perf.verdict import verdict
+
+# what each phase row of results.json holds from the resource samples taken during it
+PHASE_RESOURCES = ("cpu_mean_percent", "rss_peak_bytes", "gpu_util_mean_percent", "gpu_mem_peak_bytes")
 
 
 class TimedTensorBoardLogger(TensorBoardLogger):
@@ -107,7 +109,8 @@ class RunMeasurement:
             intervals["warmup"].append((clock.marks["train_start"], warm_end))
         table = account_phases(dict(intervals), run, calls)
         for phase, row in table.phases.items():
-            row.update(window_stats(self.sampler.samples, table.windows.get(phase, [])))
+            stats = self.sampler.window(*table.windows.get(phase, []))
+            row.update({key: getattr(stats, key) for key in PHASE_RESOURCES})
         results["phases"] = table.phases
         results["accounted"] = {
             "wall_s": table.accounted_s,
@@ -200,27 +203,6 @@ def sampled_gpu() -> int:
 def module_input_size(trainer) -> tuple[int, int]:
     datamodule = trainer.datamodule
     return datamodule.height, datamodule.width
-
-
-def window_stats(samples: list[ResourceSample], windows: list[tuple[float, float]]) -> dict[str, Any]:
-    """CPU mean, RSS peak, GPU utilization mean and GPU memory peak over the samples that fall in
-    `windows`; a phase too short to hold a sample gets the sample nearest to it."""
-    times = [s.t for s in samples]
-    chosen: list[ResourceSample] = []
-    for start, end in windows:
-        chosen.extend(samples[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)])
-    if not chosen and windows and samples:
-        middle = (windows[0][0] + windows[0][1]) / 2
-        i = min(bisect.bisect_left(times, middle), len(samples) - 1)
-        chosen = [samples[i]]
-    gpu_util = [s.gpu_util_percent for s in chosen if s.gpu_util_percent is not None]
-    gpu_mem = [s.gpu_mem_bytes for s in chosen if s.gpu_mem_bytes is not None]
-    return {
-        "cpu_mean_percent": fmean(s.cpu_percent for s in chosen) if chosen else None,
-        "rss_peak_bytes": max((s.rss_bytes for s in chosen), default=None),
-        "gpu_util_mean_percent": fmean(gpu_util) if gpu_util else None,
-        "gpu_mem_peak_bytes": max(gpu_mem, default=None),
-    }
 
 
 def train_section(clock: PhaseClock, validation_s: float, run: tuple[float, float]) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from segperf.perf.counters import format_counters
-from segperf.perf.machine import format_header, format_mib, format_percent_of_cores, format_usage
+from segperf.perf.formatting import format_mib, format_percent_of_cores, format_usage
+from segperf.perf.machine import format_header
 
 WIDTH = 92
 RULE, LINE = "=" * WIDTH, "-" * WIDTH

@@ -10,7 +10,7 @@ the job's folder as `hydra.run.dir`, and no `.hydra/` of its own. Lightning has 
 for the command, so `per_job_rank_commands` swaps its module-level helper for the duration of
 `fit` (a test fails if Lightning renames it). Under SLURM (srun starts every rank) and torchrun
 nothing is re-launched; every rank runs in the job's folder and only rank 0 writes the run's
-files (segperf.run).
+files (segperf.training.run).
 
 Each rank measures itself (phases, per-batch data wait and step times); `gather_ranks` brings
 one row per rank to rank 0 (torch.distributed.all_gather_object), adds them up and names the
@@ -71,7 +71,7 @@ def per_job_rank_commands() -> Iterator[None]:
     if original is None:  # pragma: no cover - a Lightning release without the helper
         raise RuntimeError(
             "lightning.pytorch.strategies.launchers.subprocess_script._hydra_subprocess_cmd is gone: "
-            "segperf.distributed needs updating for this Lightning release"
+            "segperf.training.distributed needs updating for this Lightning release"
         )
     subprocess_script._hydra_subprocess_cmd = rank_command
     try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from segperf.comparability import describe_machine, differences
+from segperf.report.comparability import describe_machine, differences
 
 REPEAT_KEYS = {"seed", "repeat"}  # what varies between repeats of one configuration
 _JOB_DIR = re.compile(r"^(\d+)(?:_(.*))?$")  # hydra.sweep.subdir: <job-num>_<override_dirname>
@@ -247,7 +247,7 @@ class Sweep:
 
     def machine_differences(self) -> dict[str, list[str]]:
         """What differs between the machines of the completed runs (host, GPU, driver, library versions); {} when
-        every run recorded the same (segperf.comparability)."""
+        every run recorded the same (segperf.report.comparability)."""
         return differences([r.results.get("machine") for r in self.runs if r.ok])
 
     def configurations(self, kind: str | None = None) -> list[Configuration]:

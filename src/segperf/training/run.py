@@ -23,9 +23,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from segperf.adapt import adapt_to_machine, adjustment_notice
-from segperf.checkpoints import AtomicCheckpointIO, InterruptCheckpoint, Terminated, TerminateOutsideTraining
-from segperf.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks, per_job_rank_commands
 from segperf.errors import SegperfError, explain, is_worker_error
 from segperf.model.unet import UNet, describe
 from segperf.perf.counters import HardwareCounters
@@ -33,9 +30,12 @@ from segperf.perf.measure import RunMeasurement
 from segperf.perf.ops_profile import OperatorProfile
 from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
-from segperf.resume import resume_checkpoint, resume_command
 from segperf.schema import check_settings
-from segperf.trainer import build_trainer, precision_notice
+from segperf.training.adapt import adapt_to_machine, adjustment_notice
+from segperf.training.checkpoints import AtomicCheckpointIO, InterruptCheckpoint, Terminated, TerminateOutsideTraining
+from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks, per_job_rank_commands
+from segperf.training.resume import resume_checkpoint, resume_command
+from segperf.training.trainer import build_trainer, precision_notice
 
 # Lightning's notes that say nothing to a segperf user: the module's device-side conversion is
 # meant to take over from the DataModule's hook, and a pytree deprecation inside Lightning itself.
@@ -49,7 +49,7 @@ SEGMENTATION_QUALITY = ("val/pixel_accuracy", "val/dice", "val/loss")
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run one experiment; always leaves results.json in `run_dir`, also when it fails or is
-    interrupted (then with a checkpoint to resume from, see segperf.resume)."""
+    interrupted (then with a checkpoint to resume from, see segperf.training.resume)."""
     reset_global_state()
     results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
     results["axes"] = axis_settings(cfg)

@@ -13,22 +13,14 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from segperf.perf.formatting import fmt_num
 from segperf.perf.phase_names import PHASE_ORDER
-from segperf.sweep import Configuration, distinguishable
+from segperf.report.sweep import Configuration, distinguishable
 
 PHASES = list(PHASE_ORDER)
 # one fixed colour per phase, so the same phase looks the same in every report
 PHASE_COLORS = dict(zip(PHASES, [f"C{i}" for i in range(10)], strict=True)) | {"unaccounted": "0.75"}
 EXTRA_COLORS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]  # phases added later
-
-
-def fmt_num(value: float | None, digits: int = 3) -> str:
-    """2-3 significant digits with thousands separators; "n/a" for a missing value."""
-    if value is None:
-        return "n/a"
-    if abs(value) >= 10 ** (digits - 1):
-        return f"{value:,.0f}"
-    return f"{value:#.{digits}g}".rstrip(".")  # keep "2.10", not "2.1": the digits are the precision
 
 
 def speedup_text(config: Configuration, baseline: Configuration | None, path: str) -> str:

@@ -15,14 +15,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from segperf import report_charts as charts
-from segperf.comparability import mixed_machines_warning
-from segperf.report_charts import fmt_num, speedup_text
-from segperf.sweep import Configuration, Spread, Stat, Sweep, SweepError, load_sweep, speedup
-
-
-def fmt_pct(fraction: float | None) -> str:
-    return "n/a" if fraction is None else f"{fraction * 100:.1f}%"
+from segperf.perf.formatting import fmt_num, fmt_pct, md_table
+from segperf.report import charts
+from segperf.report.charts import speedup_text
+from segperf.report.comparability import mixed_machines_warning
+from segperf.report.sweep import Configuration, Spread, Stat, Sweep, SweepError, load_sweep, speedup
 
 
 def fmt_range(stat: Stat, scale: float = 1.0) -> str:
@@ -53,19 +50,6 @@ def fmt_speedup(config: Configuration, baseline: Configuration | None, path: str
     if ratio is None:
         return "n/a"
     return f"{ratio[0]:.2f}×" if ratio[1] is None else f"{ratio[0]:.2f} ± {ratio[1]:.2f}×"
-
-
-def md_table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    """A GitHub-flavoured table padded to column width, so it also reads well in a terminal."""
-    cells = [[h.replace("|", "\\|") for h in row] for row in [headers, *rows]]
-    widths = [max(3, *(len(row[i]) for row in cells)) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = ["-" * (w + 1) + ":" if i in right else "-" * (w + 2) for i, w in enumerate(widths)]
-    return [line(cells[0]), "|" + "|".join(rule) + "|", *(line(r) for r in cells[1:])]
 
 
 def _runs_cell(config: Configuration) -> str:
@@ -378,7 +362,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(sweep.runs)} jobs, {len(sweep.failed)} failed")
     print(path)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 Why a hand-written sampler: Lightning's DeviceStatsMonitor logs once per step, from the training loop, and sees
 neither the CPU time of DataLoader worker processes nor NVML's sub-second utilization samples. Here a daemon thread
-reads /proc (machine.ProcessTree) and NVML every `interval_s`; the phase timing asks `window(t0, t1)` afterwards with
+reads /proc (proctree.ProcessTree) and NVML every `interval_s`; the phase timing asks `window(t0, t1)` afterwards with
 `time.perf_counter()` stamps, so nothing runs per step. Its own cost is measured (`overhead_fraction()`).
 """
 
@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-# format_*: re-exported for the summary tables (they live in machine.py, whose header needs them too)
-from segperf.perf.machine import ProcessTree, format_mib, format_percent_of_cores, format_usage  # noqa: F401
+import numpy as np
+
+from segperf.perf.nvml import GpuUnavailable, NvmlGpu
+from segperf.perf.proctree import ProcessTree
 
 _t_of = attrgetter("t")
 
@@ -41,96 +43,6 @@ class WindowStats:
     gpu_util_max: float | None = None
     gpu_mem_peak_bytes: int | None = None
     nearest: bool = False  # window held no sample; stats come from the one sample nearest to it
-
-
-class GpuUnavailable(Exception):
-    pass
-
-
-class NvmlGpu:
-    """One GPU through NVML. The index is NVML's: it equals the torch index only when CUDA_VISIBLE_DEVICES is unset
-    (or lists devices in NVML order) - NVML ignores that variable; mapping by PCI bus id would fix it, we do not.
-
-    Memory is `nvmlDeviceGetMemoryInfo().used`: the whole device, including other processes and the CUDA context,
-    so it is >= torch's reserved memory. Utilization comes from `nvmlDeviceGetSamples` (the driver's own sub-second
-    samples, only the ones newer than the last seen timestamp), else from `nvmlDeviceGetUtilizationRates` (one
-    average over the driver's 1/6-1 s period)."""
-
-    NOT_FOUND_LIMIT = 20  # consecutive "no new sample" answers, before any sample ever came, before falling back
-
-    def __init__(self, index: int, nvml: Any = None, notes: list[str] | None = None) -> None:
-        self.index, self.notes = index, []  # probe notes go to the caller's list only if the GPU is usable
-        try:
-            if nvml is None:
-                import pynvml as nvml
-            self.nvml = nvml
-            nvml.nvmlInit()
-        except Exception as e:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
-            raise GpuUnavailable(f"{type(e).__name__}: {e}") from e
-        try:
-            self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            self.last_seen, self.mode, self._not_found, self._seen_any = 0, "samples", 0, False
-            self.mem_ok = True
-            try:
-                self.read_mem()
-            except nvml.NVMLError_NotSupported:
-                self.mem_ok = False
-            self.read_util()  # primes last_seen: samples from before the sampler started are dropped
-            if not self.mem_ok and self.mode == "off":
-                raise GpuUnavailable("device reports 'not supported' for memory and utilization")
-        except GpuUnavailable:
-            self.close()
-            raise
-        except Exception as e:
-            self.close()
-            raise GpuUnavailable(f"{type(e).__name__}: {e}") from e
-        if not self.mem_ok:
-            self.notes.append("GPU memory: nvmlDeviceGetMemoryInfo not supported; not sampled")
-        if notes is not None:
-            notes.extend(self.notes)
-            self.notes = notes
-
-    def read_mem(self) -> int:
-        return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
-
-    def read_util(self) -> list[float]:
-        """Utilization values that are new since the last call (empty: nothing new)."""
-        nvml = self.nvml
-        if self.mode == "samples":
-            try:
-                _, samples = nvml.nvmlDeviceGetSamples(self.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self.last_seen)
-            except nvml.NVMLError_NotFound:  # normal between driver samples; persistent only if it never samples
-                self._not_found += 1
-                if self._seen_any or self._not_found < self.NOT_FOUND_LIMIT:
-                    return []
-                self._fall_back("never returned a sample")
-            except nvml.NVMLError_NotSupported as e:  # e.g. MIG
-                self._fall_back(f"not supported ({e})")
-            else:
-                new = [s for s in samples if s.timeStamp > self.last_seen]
-                if new:
-                    self.last_seen, self._seen_any = max(s.timeStamp for s in new), True
-                self._not_found = 0
-                return [float(s.sampleValue.uiVal) for s in new]
-        if self.mode == "rates":
-            try:
-                return [float(nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)]
-            except nvml.NVMLError_NotSupported:
-                self.mode = "off"
-                self.notes.append("GPU util: nvmlDeviceGetUtilizationRates not supported either; not sampled")
-        return []
-
-    def _fall_back(self, why: str) -> None:
-        self.mode = "rates"
-        self.notes.append(
-            f"GPU util: nvmlDeviceGetSamples {why}; using nvmlDeviceGetUtilizationRates (coarse 1/6-1 s average)"
-        )
-
-    def close(self) -> None:
-        try:
-            self.nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 class ResourceSampler:
@@ -228,16 +140,20 @@ class ResourceSampler:
         dt, self._last_t = t - self._last_t, t
         return (100.0 * cpu_s / dt if dt > 0 else None), rss
 
-    def window(self, t0: float, t1: float) -> WindowStats:
-        """Stats of the samples taken in [t0, t1] (perf_counter seconds). A sample's CPU% covers the interval before
-        it, so a window holding no sample uses the first sample after it (whose interval covers it), else the last."""
+    def window(self, *spans: tuple[float, float]) -> WindowStats:
+        """Stats of the samples taken in the spans [t0, t1] (perf_counter seconds; a phase's calls). A sample's CPU%
+        covers the interval before it, so spans holding no sample use the first sample after the first span (whose
+        interval covers it), else the last sample."""
         samples = self.samples[:]
-        lo, hi = bisect_left(samples, t0, key=_t_of), bisect_right(samples, t1, key=_t_of)
-        if lo < hi:
-            return _stats(samples[lo:hi])
-        if not samples:
+        chosen: list[ResourceSample] = []
+        for t0, t1 in spans:
+            chosen.extend(samples[bisect_left(samples, t0, key=_t_of) : bisect_right(samples, t1, key=_t_of)])
+        if chosen:
+            return _stats(chosen)
+        if not samples or not spans:
             return WindowStats(samples=0)
-        stats = _stats([samples[min(hi, len(samples) - 1)]])
+        after = bisect_right(samples, spans[0][1], key=_t_of)
+        stats = _stats([samples[min(after, len(samples) - 1)]])
         stats.nearest = True
         return stats
 
@@ -250,14 +166,6 @@ class ResourceSampler:
         return self._thread_cpu / wall if self._thread is not None and wall > 0 else 0.0
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    pos = (len(sorted_values) - 1) * q / 100
-    i = int(pos)
-    j = min(i + 1, len(sorted_values) - 1)
-    return sorted_values[i] + (sorted_values[j] - sorted_values[i]) * (pos - i)
-
-
 def _stats(samples: list[ResourceSample]) -> WindowStats:
     cpu = [s.cpu_percent for s in samples if s.cpu_percent is not None]
     rss = [s.rss_bytes for s in samples if s.rss_bytes is not None]
@@ -266,23 +174,7 @@ def _stats(samples: list[ResourceSample]) -> WindowStats:
     stats = WindowStats(len(samples), sum(cpu) / len(cpu) if cpu else None, max(rss, default=None))
     if util:
         stats.gpu_util_mean_percent = sum(util) / len(util)
-        stats.gpu_util_p50, stats.gpu_util_p90 = _percentile(util, 50), _percentile(util, 90)
+        stats.gpu_util_p50, stats.gpu_util_p90 = (float(x) for x in np.percentile(util, [50, 90]))
         stats.gpu_util_max = util[-1]
     stats.gpu_mem_peak_bytes = max(mem, default=None)
     return stats
-
-
-def torch_memory(device: Any, reset: bool = False) -> dict[str, int | None]:
-    """Peak torch allocated/reserved bytes on a cuda device (None elsewhere); `reset` starts a new peak (per phase)."""
-    import torch
-
-    dev = torch.device(device)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        return {"peak_allocated_bytes": None, "peak_reserved_bytes": None}
-    out = {
-        "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
-        "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
-    }
-    if reset:
-        torch.cuda.reset_peak_memory_stats(dev)
-    return out

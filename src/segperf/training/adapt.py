@@ -7,7 +7,7 @@ The choice per setting (README, "Settings this machine cannot honour"):
   the run goes on with `pin_memory=false` and says so.
 - `trainer.accelerator=gpu|cuda` (or `mps`) where torch sees none: stop. The user asked for a
   device explicitly; timing the CPU instead would give numbers that answer another question.
-- Reduced precision on a CPU without native bf16/fp16: run, with a notice (segperf.trainer).
+- Reduced precision on a CPU without native bf16/fp16: run, with a notice (segperf.training.trainer).
   It is what was asked and it works, only slowly; the notice says so.
 - `compile=on` whose compiler fails at the first call: adapt at that call (SegmentationModule
   falls back to eager and the run records it), since whether a compiler works is only known
