@@ -1,9 +1,9 @@
 """segperf: where does my training time go, and which optimization buys how much?"""
 
-from segperf.config import register_resolvers, route_tool_caches
+from segperf.config import register_resolvers, set_up_environment
 from segperf.schema import register_schema
 
-route_tool_caches()  # before torch / matplotlib read where to cache
+set_up_environment()  # before albumentations, torch and matplotlib are imported
 register_resolvers()
 register_schema()
 

@@ -67,6 +67,12 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("device_count", device_count)
 
 
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """A composed config as plain Python (resolved; the schema's enums as their names): what
+    results.json records and what the run reads once the schema has done its job."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
 def segperf_cache_dir() -> Path:
     """The configured cache folder (data.synthetic.cache_dir's default): $SEGPERF_CACHE or ~/.cache/segperf."""
     return Path(os.environ.get("SEGPERF_CACHE", "~/.cache/segperf")).expanduser()
@@ -78,6 +84,14 @@ TOOL_CACHES = {
     "TRITON_CACHE_DIR": "triton",  # compiled GPU kernels (default: ~/.triton)
     "MPLCONFIGDIR": "matplotlib",  # matplotlib's font cache (default: ~/.cache/matplotlib, ~/.config)
 }
+
+
+def set_up_environment() -> None:
+    """What every entry point needs before the libraries are imported, done once by the package's
+    own import: albumentations must not call the network on import, and the tools' caches go
+    into segperf's cache folder."""
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    route_tool_caches()
 
 
 def route_tool_caches() -> None:

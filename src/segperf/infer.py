@@ -6,10 +6,7 @@ trained weights cast to the `precision` group's dtype, timed over the validation
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network call on import
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

@@ -6,11 +6,8 @@ the run's heavy imports (segperf.training.run: torch, Lightning, ...) are made.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network call on import
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

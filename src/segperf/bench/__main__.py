@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network call on import
 
 BENCHMARKS = {"data": "segperf.bench.loader"}
 

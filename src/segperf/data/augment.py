@@ -51,7 +51,6 @@ class HostAugment:
     """albumentations on one `(image uint8 [H, W, 3], mask uint8 [H, W])` sample of tensors."""
 
     def __init__(self, seed: int = 0) -> None:
-        os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network call on import
         import albumentations as A  # imported only when augmentation is on (~1 s, pulls in OpenCV)
         import cv2
 

@@ -10,17 +10,15 @@ masks and agreement with the fp32 model's own predictions. Sweeps with -m like t
 from __future__ import annotations
 
 import copy
-import os
 import time
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network call on import
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from segperf.config import plain_config
 from segperf.inference import benchmark, onnx_export
 from segperf.inference.checkpoint import (
     DTYPE_NAMES,
@@ -51,7 +49,7 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         path, train_config = resolve_source(cfg.ckpt, cfg.run_dir)
         if train_config:
             adopt_run_data(cfg, train_config.get("data", {}), keep)
-        results["config"] = OmegaConf.to_container(cfg, resolve=True)
+        results["config"] = plain_config(cfg)
         device = pick_device(cfg.device)
         start = time.perf_counter()
         reference = load_net(path)  # fp32, CPU; load_s: read, rebuild, dtype probe, cast and move

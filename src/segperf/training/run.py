@@ -9,12 +9,9 @@ need not wait for.
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network call on import
 
 import lightning as L
 import torch
@@ -23,6 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from segperf.config import plain_config
 from segperf.errors import SegperfError, explain, is_worker_error
 from segperf.model.unet import UNet, describe
 from segperf.perf.counters import HardwareCounters
@@ -53,7 +51,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     reset_global_state()
     results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
     results["axes"] = axis_settings(cfg)
-    results["config"] = OmegaConf.to_container(cfg, resolve=True)
+    results["config"] = plain_config(cfg)
     try:
         # every bad value at once, before any work; then what this machine cannot do
         check_settings(cfg)
