@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from segperf.report import build_report, main
-from segperf.report.sweep import Spread, Stat, distinguishable, load_sweep, speedup, spread, summarize
+from segperf.report.stats import Spread, Stat, distinguishable, speedup, spread, summarize
+from segperf.report.sweep import load_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPEATS = FIXTURES / "sweep_repeats"  # data.num_workers=0,1,2 x seed=0,1,2, seed-major job order
@@ -249,3 +250,15 @@ def test_cli_on_a_folder_without_runs_fails_with_one_clear_line(tmp_path, capsys
     assert done.stderr.startswith("segperf.report: error: no runs in") and len(done.stderr.splitlines()) == 1
     assert main([str(tmp_path / "missing")]) == 1
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_the_report_runs_without_torch_or_the_data_model_and_training_code():
+    # a report can be made on a laptop without a GPU stack, long after the sweep
+    probe = (
+        "import sys, segperf.report, segperf.report.__main__; "
+        "heavy = ('torch', 'lightning', 'albumentations', 'segperf.data', 'segperf.model', 'segperf.training'); "
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

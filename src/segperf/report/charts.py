@@ -15,24 +15,13 @@ from matplotlib.figure import Figure
 
 from segperf.perf.formatting import fmt_num
 from segperf.perf.phase_names import PHASE_ORDER
-from segperf.report.sweep import Configuration, distinguishable
+from segperf.report.cells import fmt_median_speedup
+from segperf.report.sweep import Configuration
 
 PHASES = list(PHASE_ORDER)
 # one fixed colour per phase, so the same phase looks the same in every report
 PHASE_COLORS = dict(zip(PHASES, [f"C{i}" for i in range(10)], strict=True)) | {"unaccounted": "0.75"}
 EXTRA_COLORS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]  # phases added later
-
-
-def speedup_text(config: Configuration, baseline: Configuration | None, path: str) -> str:
-    """ "1.23x", prefixed "~" when the ranges overlap the baseline's (noise); "baseline" for it."""
-    if baseline is None:
-        return "n/a"
-    if config is baseline:
-        return "baseline"
-    a, b = config.stat(path), baseline.stat(path)
-    if a.median is None or not b.median:
-        return "n/a"
-    return f"{'' if distinguishable(a, b) else '~'}{a.median / b.median:.2f}×"
 
 
 def _figure(configs: list[Configuration], n_bars: int, width: float = 9.0, right: float = 0.97) -> Figure:
@@ -118,7 +107,7 @@ def _ratio_chart(configs, baseline, out: Path, paths: list[tuple[str, str, str]]
     series = [(name, [s.median for s in row], color) for (name, _, color), row in zip(paths, stats, strict=True)]
     errors = [[None if s.median is None else ([s.median - s.min], [s.max - s.median]) for s in row] for row in stats]
     notes = [
-        [f"{fmt_num(s.median)}  {speedup_text(c, baseline, path)}" for c, s in zip(configs, row, strict=True)]
+        [f"{fmt_num(s.median)}  {fmt_median_speedup(c, baseline, path)}" for c, s in zip(configs, row, strict=True)]
         for (_, path, _), row in zip(paths, stats, strict=True)
     ]
     _grouped_barh(ax, [c.label for c in configs], series, errors, notes)

@@ -1,273 +1,35 @@
-"""`python -m segperf.report <sweep dir> [--out DIR]`: a markdown report with charts for a sweep.
+"""`python -m segperf.report <sweep dir> [--out DIR]`: report.md and its charts for a sweep.
 
-It reads only the jobs' results.json files and never runs anything, so it can be re-run any
-time (and on another machine) after a sweep. Configurations are compared by the median over
-their repeats, and a speed-up whose min–max range overlaps the baseline's is marked "~": on a
-busy machine a 5% "gain" between single runs is often noise, and the report should say so. Runs
-from machines that differ (host, GPU, driver, library versions) are flagged at the top, and no
-speed-up is computed across them unless `--allow-mixed-machines` is given.
+`build_report` puts the sections (segperf.report.tables) and charts (segperf.report.charts) in
+order; `main` is the command. It reads only the jobs' results.json files and never runs
+anything, so it can be re-run any time (and on another machine) after a sweep. Configurations
+are compared by the median over their repeats, and a speed-up whose min–max range overlaps the
+baseline's is marked "~": on a busy machine a 5% "gain" between single runs is often noise, and
+the report should say so. Runs from machines that differ (host, GPU, driver, library versions)
+are flagged at the top, and no speed-up is computed across them unless `--allow-mixed-machines`
+is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from pathlib import Path
 
-from segperf.perf.formatting import fmt_num, fmt_pct, md_table
 from segperf.report import charts
-from segperf.report.charts import speedup_text
 from segperf.report.comparability import mixed_machines_warning
-from segperf.report.sweep import Configuration, Spread, Stat, Sweep, SweepError, load_sweep, speedup
-
-
-def fmt_range(stat: Stat, scale: float = 1.0) -> str:
-    """ "2.10 [1.97–2.33]"; a single run says it has no spread rather than showing a fake range."""
-    if stat.median is None:
-        return "n/a"
-    if stat.n == 1:
-        return f"{fmt_num(stat.median * scale)} (1 run, no spread)"
-    return f"{fmt_num(stat.median * scale)} [{fmt_num(stat.min * scale)}–{fmt_num(stat.max * scale)}]"
-
-
-def fmt_pm(value: float | None, std: float | None) -> str:
-    """ "2.10 ± 0.10": the σ with as many decimals as the value shows (hyperfine's style)."""
-    text = fmt_num(value)
-    if value is None or std is None:
-        return text
-    decimals = len(text.split(".")[1]) if "." in text else 0
-    return f"{text} ± {std:,.{decimals}f}"
-
-
-def fmt_speedup(config: Configuration, baseline: Configuration | None, path: str) -> str:
-    """ "2.68 ± 0.04×" (the ratio of means and its propagated σ); "baseline" for the baseline."""
-    if baseline is None:
-        return "n/a"
-    if config is baseline:
-        return "baseline"
-    ratio = speedup(config.spread(path), baseline.spread(path))
-    if ratio is None:
-        return "n/a"
-    return f"{ratio[0]:.2f}×" if ratio[1] is None else f"{ratio[0]:.2f} ± {ratio[1]:.2f}×"
-
-
-def _runs_cell(config: Configuration) -> str:
-    failed = len(config.failed_runs)
-    return f"{len(config.ok_runs)}" + (f" (+{failed} failed)" if failed else "")
-
-
-def _verdict_kind(config: Configuration) -> str:
-    kinds = Counter(k for r in config.ok_runs if (k := r.get("verdict.kind")))
-    return "/".join(kinds) if kinds else ("n/a (measurement off)" if not config.measured else "n/a")
-
-
-def _measured(config: Configuration, text: str) -> str:
-    return text if config.measured else "off"
-
-
-def _machine_ids(sweep: Sweep) -> dict[str, str]:
-    return {m: f"M{i + 1}" for i, m in enumerate(sweep.machines())}
-
-
-def machine_section(sweep: Sweep) -> list[str]:
-    """The hardware the numbers belong to; more than one machine is flagged loudly, because
-    timings from different machines are not comparable."""
-    ids = _machine_ids(sweep)
-    jobs = {m: [r.job for r in sweep.runs if r.machine == m] for m in ids}
-    unknown = [r.job for r in sweep.runs if r.machine is None]
-    lines = ["## Machine", ""]
-    if len(ids) > 1:
-        lines += [
-            f"> **⚠ MIXED MACHINES: these runs come from {len(ids)} different machines.** Timings are not "
-            "comparable across machines; the table's `machine` column says where each configuration ran.",
-            "",
-        ]
-    for m, i in ids.items():
-        lines.append(f"- {f'**{i}** ' if len(ids) > 1 else ''}{m} (jobs {', '.join(map(str, jobs[m]))})")
-    if not ids:
-        lines.append("- not recorded by any run")
-    if unknown and ids:
-        lines.append(f"- not recorded (measurement off or no results) by jobs {', '.join(map(str, unknown))}")
-    return [*lines, ""]
-
-
-def baseline_of(configs: list[Configuration]) -> Configuration | None:
-    """The first configuration with a throughput: by convention sweeps list the baseline first."""
-    return next((c for c in configs if c.stat("train.images_per_s").median is not None), None)
-
-
-def any_cold(configs: list[Configuration]) -> bool:
-    return any("cold" in c.page_cache for c in configs)
-
-
-def _range(s: Spread) -> str:
-    return "n/a" if s.min is None else f"{fmt_num(s.min)} … {fmt_num(s.max)}"
-
-
-def repeats_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
-    """images/s the way hyperfine reports repeated timings: mean ± σ, min … max, and each
-    configuration's speed-up over the baseline with its uncertainty; then a summary line for the
-    fastest configuration. Only where some configuration was repeated."""
-    path = "train.images_per_s"
-    if not any(c.spread(path).n > 1 for c in configs):
-        return []
-    headers = ["configuration", "runs", "images/s mean ± σ", "min … max", "speed-up ± σ"]
-    rows = [
-        [c.label, _runs_cell(c), fmt_pm(c.spread(path).mean, c.spread(path).std), _range(c.spread(path))]
-        + [fmt_speedup(c, baseline, path)]
-        for c in configs
-    ]
-    lines = ["## Repeated timings", "", *md_table(headers, rows, right={1, 2, 3, 4}), ""]
-    measured = [c for c in configs if c.spread(path).mean is not None]
-    fastest = max(measured, key=lambda c: c.spread(path).mean, default=None)
-    if baseline is not None and fastest is not None and fastest is not baseline:
-        ratio = fmt_speedup(fastest, baseline, path).rstrip("×")
-        lines += [f"Summary: `{fastest.label}` ran **{ratio} times faster** than `{baseline.label}`.", ""]
-    elif fastest is not None and baseline is not None:
-        lines += [f"Summary: the baseline, `{fastest.label}`, is the fastest configuration.", ""]
-    lines += [
-        "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
-        '"mean ± σ"); speed-up: ratio of mean images/s to the baseline\'s, its σ propagated from both '
-        "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ.",
-        "",
-    ]
-    return lines
-
-
-def _quality_column(configs: list[Configuration]) -> tuple[str, str]:
-    """val Dice for the U-Net; val accuracy for the CPU study's classifier (it has no Dice)."""
-    has = {path: any(c.stat(path).n for c in configs) for path in ("quality.val_accuracy", "quality.val_dice")}
-    if has["quality.val_accuracy"] and not has["quality.val_dice"]:
-        return "quality.val_accuracy", "val accuracy"
-    return "quality.val_dice", "val Dice"
-
-
-def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
-    ids = _machine_ids(sweep)
-    headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
-    quality_path, quality_name = _quality_column(configs)
-    headers += ["p99 data wait ms", "CPU %", "GPU %", quality_name, "verdict"]
-    rows = []
-    for c in configs:
-        dice = c.stat(quality_path).median
-        p99 = c.stat("jitter.data_wait.p99").median
-        row = [
-            c.label,
-            _runs_cell(c),
-            fmt_range(c.stat("train.images_per_s")),
-            speedup_text(c, baseline, "train.images_per_s"),
-            _measured(c, fmt_pct(c.stat("phases.data_wait.fraction").median)),
-            _measured(c, fmt_pct(c.stat("phases.train_step.fraction").median)),
-            _measured(c, fmt_num(None if p99 is None else p99 * 1000)),
-            _measured(c, fmt_num(c.stat("resources.cpu_mean_percent").median, 2)),
-            _measured(c, fmt_num(c.stat("resources.gpu_util_mean_percent").median, 2)),
-            "n/a" if dice is None else f"{dice:.3f}",
-            _verdict_kind(c),
-        ]
-        if len(ids) > 1:
-            row.append("+".join(dict.fromkeys(ids[r.machine] for r in c.ok_runs if r.machine in ids)) or "n/a")
-        rows.append(row)
-    if len(ids) > 1:
-        headers.append("machine")
-    right = set(range(1, 10))
-    if any_cold(configs):  # cold reads are slower by design: say which rows had them, next to the count
-        headers.insert(2, "page cache")
-        for row, c in zip(rows, configs, strict=True):
-            row.insert(2, c.page_cache)
-        right = {1} | set(range(3, 11))
-    return md_table(headers, rows, right=right)
-
-
-def _ranks(config: Configuration) -> int:
-    """Processes per run: distributed.world_size, 1 for a single-process run."""
-    return int(config.stat("distributed.world_size").median or 1)
-
-
-def data_parallel_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
-    """What more devices bought: total and per-rank images/s, speed-up over the baseline, scaling
-    efficiency (speed-up per rank added: 100% is perfect linear scaling) and the straggler."""
-    if not any(c.stat("distributed.world_size").n for c in configs):
-        return []
-    headers = ["configuration", "ranks", "images/s (all ranks)", "per rank", "speed-up", "scaling efficiency"]
-    headers += ["slowest rank", "its lag ms"]
-    base_ranks = _ranks(baseline) if baseline else None
-    base_ips = baseline.stat("train.images_per_s").median if baseline else None
-    rows = []
-    for c in configs:
-        ranks, ips = _ranks(c), c.stat("train.images_per_s").median
-        ratio = ips / base_ips if ips is not None and base_ips else None
-        efficiency = None if ratio is None else ratio / (ranks / base_ranks)
-        slowest = Counter(r for r in c.values("distributed.slowest_rank") if r is not None)
-        lag = c.stat("distributed.slowest_lag_s").median
-        if slowest:
-            (rank, n), runs = slowest.most_common(1)[0], len(c.ok_runs)
-            slowest_text = f"{rank}" + (f" ({n} of {runs} runs)" if runs > 1 else "")
-        else:
-            slowest_text = "n/a"
-        rows.append(
-            [
-                c.label,
-                str(ranks),
-                fmt_num(ips, 3),
-                fmt_num(None if ips is None else ips / ranks, 3),
-                "n/a" if ratio is None else f"{ratio:.2f}×",
-                "n/a" if efficiency is None else f"{efficiency:.0%}",
-                slowest_text,
-                fmt_num(None if lag is None else lag * 1000, 2),
-            ]
-        )
-    lines = ["## Data-parallel scaling", "", *md_table(headers, rows, right=set(range(1, 8))), ""]
-    lines += [
-        "images/s: median over repeats, all ranks together; per rank: that over the ranks. Scaling efficiency: "
-        f"speed-up over `{baseline.label if baseline else 'n/a'}` divided by the ratio of their rank counts "
-        "(100%: N ranks are N times as fast). Slowest rank: the one that reaches the gradient all-reduce last "
-        "(data wait + forward), the one the others wait for; its lag: how much later, per step, than the median "
-        "of the others.",
-        "",
-    ]
-    return lines
-
-
-def inference_table(configs: list[Configuration], ratios: bool = True) -> list[str]:
-    headers = ["configuration", "runs", "end-to-end images/s", "ratio", "model-only images/s", "ratio"]
-    headers += ["agreement vs fp32", "Dice vs fp32"]
-    rows = []
-    for c in configs:
-        row = [c.label, _runs_cell(c)]
-        for path in ("inference.end_to_end_images_per_s", "inference.model_images_per_s"):
-            row += [fmt_range(c.stat(path)), speedup_text(c, configs[0] if ratios else None, path)]
-        for path in ("quality.agreement_vs_fp32", "quality.dice_vs_fp32"):
-            v = c.stat(path).median
-            row.append("n/a" if v is None else f"{v:.4f}")
-        rows.append(row)
-    return md_table(headers, rows, right=set(range(1, 8)))
-
-
-def failed_section(sweep: Sweep) -> list[str]:
-    lines = ["## Failed jobs", ""]
-    for r in sweep.failed:
-        error = " ".join(str(r.error).split())
-        lines.append(f"- job {r.job} `{r.name}` ({r.status}): {error[:400]}")
-    return [*lines, *([] if sweep.failed else ["None: every job completed."]), ""]
-
-
-def _verdict_texts(config: Configuration) -> Counter:
-    return Counter(t for r in config.ok_runs if (t := r.get("verdict.text")))
-
-
-def verdict_section(configs: list[Configuration]) -> list[str]:
-    """Each configuration's verdict text; repeats that disagree are all shown with their counts."""
-    lines = ["## Verdicts", ""]
-    for c in configs:
-        texts = _verdict_texts(c)
-        if not texts:
-            why = "measurement off" if not c.measured else ("no completed run" if not c.ok_runs else "none recorded")
-            lines.append(f"- **{c.label}**: no verdict ({why}).")
-        for text, n in texts.items():
-            count = f" ({n} of {len(c.ok_runs)} runs)" if len(texts) > 1 else ""
-            lines.append(f"- **{c.label}**{count}: {text}")
-    return [*lines, ""]
+from segperf.report.sweep import Sweep, SweepError, load_sweep
+from segperf.report.tables import (
+    baseline_of,
+    data_parallel_section,
+    failed_section,
+    inference_section,
+    machine_section,
+    repeats_section,
+    training_section,
+    verdict_section,
+    verdict_texts,
+)
 
 
 def build_report(
@@ -299,26 +61,7 @@ def build_report(
         ]
     if any(c.ok_runs for c in train):
         baseline = baseline_of(train) if ratios else None
-        lines += ["## Training", ""]
-        lines += training_table(sweep, train, baseline)
-        lines += [
-            "",
-            (
-                f"Speed-up: ratio of median images/s to the baseline, `{baseline.label if baseline else 'n/a'}`. "
-                if ratios
-                else "Speed-up: not computed, the runs come from different machines (see the warning above). "
-            )
-            + "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
-            "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off. "
-            + (
-                "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
-                "(`cold_cache=true`), `warm` runs may have read them from memory."
-                if any_cold(train)
-                else "Page cache: warm in every run (the data files may have been read from memory; "
-                "`cold_cache=true` drops them first)."
-            ),
-            "",
-        ]
+        lines += training_section(sweep, train, baseline, ratios)
         lines += repeats_section(train, baseline)
         lines += data_parallel_section(train, baseline)
         if charts_too:
@@ -330,11 +73,11 @@ def build_report(
             ]
             lines += [line for title, path in made for line in (f"![{title}]({path.name})", "")]
     if any(c.ok_runs for c in infer):
-        lines += ["## Inference", "", *inference_table(infer, ratios), ""]
+        lines += inference_section(infer, ratios)
         if charts_too:
             lines += [f"![Inference throughput]({charts.inference_throughput(infer, out).name})", ""]
     lines += failed_section(sweep)
-    lines += verdict_section([c for c in train if c.runs] + [c for c in infer if _verdict_texts(c)])
+    lines += verdict_section([c for c in train if c.runs] + [c for c in infer if verdict_texts(c)])
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

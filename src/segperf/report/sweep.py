@@ -1,24 +1,24 @@
 """Read a finished sweep (or one run) back from its `results.json` files.
 
-The report and notebooks compare configurations, not single runs: repeats of one configuration
-(seeds, `repeat=`) scatter by run-to-run noise, so they are grouped and summarized as a median
-with its [min, max] range, and a difference counts only when the ranges do not overlap; and, as
-hyperfine does, as mean ± standard deviation, with ratios whose uncertainty is propagated. Nothing
-here runs a job; a job that crashed before writing its results is kept as a failed run so that
-a report can name it instead of silently showing fewer repeats.
+`load_sweep` finds the jobs below a sweep folder, in job order, and a `Sweep` groups them into
+`Configuration`s: the repeats of one setting (every axis and override but `seed`/`repeat`), each
+labelled by what varies across the sweep. A configuration summarizes a results path over its
+completed repeats with segperf.report.stats. Nothing here runs a job; a job that crashed before
+writing its results is kept as a failed run, so that a report can name it instead of silently
+showing fewer repeats.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from segperf.report.comparability import describe_machine, differences
+from segperf.report.stats import Spread, Stat, spread, summarize
 
 REPEAT_KEYS = {"seed", "repeat"}  # what varies between repeats of one configuration
 _JOB_DIR = re.compile(r"^(\d+)(?:_(.*))?$")  # hydra.sweep.subdir: <job-num>_<override_dirname>
@@ -26,74 +26,6 @@ _JOB_DIR = re.compile(r"^(\d+)(?:_(.*))?$")  # hydra.sweep.subdir: <job-num>_<ov
 
 class SweepError(Exception):
     """A sweep that cannot be read at all (missing folder, no runs): a one-line message for users."""
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Median and range over repeats; `n` counts the values that were present (None skipped)."""
-
-    n: int
-    median: float | None
-    min: float | None
-    max: float | None
-
-
-def present_numbers(values: Any) -> list[float]:
-    """The numbers among `values`: None, NaN and booleans (a missing or failed repeat) left out."""
-    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
-
-
-def summarize(values: Any) -> Stat:
-    """Median/min/max ignoring None (a failed or unmeasured repeat must not count as zero)."""
-    nums = present_numbers(values)
-    if not nums:
-        return Stat(0, None, None, None)
-    return Stat(len(nums), statistics.median(nums), min(nums), max(nums))
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Mean ± sample standard deviation and range over repeats, as hyperfine reports a benchmark
-    ("mean ± σ", "min … max"); `std` is None with fewer than two values."""
-
-    n: int
-    mean: float | None
-    std: float | None
-    min: float | None
-    max: float | None
-
-
-def spread(values: Any) -> Spread:
-    """Mean, sample standard deviation (n - 1) and range, ignoring None like `summarize`."""
-    nums = present_numbers(values)
-    if not nums:
-        return Spread(0, None, None, None, None)
-    std = statistics.stdev(nums) if len(nums) > 1 else None
-    return Spread(len(nums), statistics.fmean(nums), std, min(nums), max(nums))
-
-
-def speedup(a: Spread, b: Spread) -> tuple[float, float | None] | None:
-    """`a.mean / b.mean` with its standard deviation, as hyperfine's "2.68 ± 0.04 times faster":
-    first-order error propagation of independent means, r * sqrt((σa/a)² + (σb/b)²). The σ is
-    None when either side has a single run (no spread to propagate); None when a mean is missing."""
-    if a.mean is None or not b.mean:
-        return None
-    ratio = a.mean / b.mean
-    if a.std is None or b.std is None or not a.mean:
-        return ratio, None
-    return ratio, abs(ratio) * ((a.std / a.mean) ** 2 + (b.std / b.mean) ** 2) ** 0.5
-
-
-def distinguishable(a: Stat, b: Stat) -> bool:
-    """False when the [min, max] ranges overlap: the difference is within run-to-run noise.
-
-    With a single run on each side there is no spread to compare, so any difference counts as
-    distinguishable; the report then says "1 run, no spread" so nobody over-reads it."""
-    if a.n == 0 or b.n == 0:
-        return False
-    if a.n == 1 and b.n == 1:
-        return True
-    return not (a.min <= b.max and b.min <= a.max)
 
 
 def get_path(results: dict, dotted: str) -> Any:

@@ -1,0 +1,258 @@
+"""The sections of report.md, each a list of markdown lines: the machines, the training table,
+repeated timings, data-parallel scaling, inference, failed jobs and verdicts.
+
+A section reads a sweep's configurations (segperf.report.sweep) and writes cells with
+segperf.report.cells; segperf.report.markdown puts the sections in order with their notes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from segperf.perf.formatting import fmt_num, fmt_pct, md_table
+from segperf.report.cells import fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
+from segperf.report.stats import Stat, median_ratio
+from segperf.report.sweep import Configuration, Sweep
+
+
+def _runs_cell(config: Configuration) -> str:
+    failed = len(config.failed_runs)
+    return f"{len(config.ok_runs)}" + (f" (+{failed} failed)" if failed else "")
+
+
+def _verdict_kind(config: Configuration) -> str:
+    kinds = Counter(k for r in config.ok_runs if (k := r.get("verdict.kind")))
+    return "/".join(kinds) if kinds else ("n/a (measurement off)" if not config.measured else "n/a")
+
+
+def _measured(config: Configuration, text: str) -> str:
+    return text if config.measured else "off"
+
+
+def _machine_ids(sweep: Sweep) -> dict[str, str]:
+    return {m: f"M{i + 1}" for i, m in enumerate(sweep.machines())}
+
+
+def machine_section(sweep: Sweep) -> list[str]:
+    """The hardware the numbers belong to; more than one machine is flagged loudly, because
+    timings from different machines are not comparable."""
+    ids = _machine_ids(sweep)
+    jobs = {m: [r.job for r in sweep.runs if r.machine == m] for m in ids}
+    unknown = [r.job for r in sweep.runs if r.machine is None]
+    lines = ["## Machine", ""]
+    if len(ids) > 1:
+        lines += [
+            f"> **⚠ MIXED MACHINES: these runs come from {len(ids)} different machines.** Timings are not "
+            "comparable across machines; the table's `machine` column says where each configuration ran.",
+            "",
+        ]
+    for m, i in ids.items():
+        lines.append(f"- {f'**{i}** ' if len(ids) > 1 else ''}{m} (jobs {', '.join(map(str, jobs[m]))})")
+    if not ids:
+        lines.append("- not recorded by any run")
+    if unknown and ids:
+        lines.append(f"- not recorded (measurement off or no results) by jobs {', '.join(map(str, unknown))}")
+    return [*lines, ""]
+
+
+def baseline_of(configs: list[Configuration]) -> Configuration | None:
+    """The first configuration with a throughput: by convention sweeps list the baseline first."""
+    return next((c for c in configs if c.stat("train.images_per_s").median is not None), None)
+
+
+def any_cold(configs: list[Configuration]) -> bool:
+    return any("cold" in c.page_cache for c in configs)
+
+
+def _quality_column(configs: list[Configuration]) -> tuple[str, str]:
+    """val Dice for the U-Net; val accuracy for the CPU study's classifier (it has no Dice)."""
+    has = {path: any(c.stat(path).n for c in configs) for path in ("quality.val_accuracy", "quality.val_dice")}
+    if has["quality.val_accuracy"] and not has["quality.val_dice"]:
+        return "quality.val_accuracy", "val accuracy"
+    return "quality.val_dice", "val Dice"
+
+
+def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    ids = _machine_ids(sweep)
+    headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
+    quality_path, quality_name = _quality_column(configs)
+    headers += ["p99 data wait ms", "CPU %", "GPU %", quality_name, "verdict"]
+    rows = []
+    for c in configs:
+        dice = c.stat(quality_path).median
+        p99 = c.stat("jitter.data_wait.p99").median
+        row = [
+            c.label,
+            _runs_cell(c),
+            fmt_range(c.stat("train.images_per_s")),
+            fmt_median_speedup(c, baseline, "train.images_per_s"),
+            _measured(c, fmt_pct(c.stat("phases.data_wait.fraction").median)),
+            _measured(c, fmt_pct(c.stat("phases.train_step.fraction").median)),
+            _measured(c, fmt_num(None if p99 is None else p99 * 1000)),
+            _measured(c, fmt_num(c.stat("resources.cpu_mean_percent").median, 2)),
+            _measured(c, fmt_num(c.stat("resources.gpu_util_mean_percent").median, 2)),
+            "n/a" if dice is None else f"{dice:.3f}",
+            _verdict_kind(c),
+        ]
+        if len(ids) > 1:
+            row.append("+".join(dict.fromkeys(ids[r.machine] for r in c.ok_runs if r.machine in ids)) or "n/a")
+        rows.append(row)
+    if len(ids) > 1:
+        headers.append("machine")
+    right = set(range(1, 10))
+    if any_cold(configs):  # cold reads are slower by design: say which rows had them, next to the count
+        headers.insert(2, "page cache")
+        for row, c in zip(rows, configs, strict=True):
+            row.insert(2, c.page_cache)
+        right = {1} | set(range(3, 11))
+    return md_table(headers, rows, right=right)
+
+
+def training_section(
+    sweep: Sweep, configs: list[Configuration], baseline: Configuration | None, ratios: bool
+) -> list[str]:
+    """One row per configuration: images/s with its range and speed-up, where the time went, utilization,
+    quality and verdict; speed-ups only where `ratios` (the runs' machines may be compared)."""
+    lines = ["## Training", "", *training_table(sweep, configs, baseline)]
+    lines += [
+        "",
+        (
+            f"Speed-up: ratio of median images/s to the baseline, `{baseline.label if baseline else 'n/a'}`. "
+            if ratios
+            else "Speed-up: not computed, the runs come from different machines (see the warning above). "
+        )
+        + "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
+        "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off. "
+        + (
+            "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
+            "(`cold_cache=true`), `warm` runs may have read them from memory."
+            if any_cold(configs)
+            else "Page cache: warm in every run (the data files may have been read from memory; "
+            "`cold_cache=true` drops them first)."
+        ),
+        "",
+    ]
+    return lines
+
+
+def repeats_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    """images/s the way hyperfine reports repeated timings: mean ± σ, min … max, and each
+    configuration's speed-up over the baseline with its uncertainty; then a summary line for the
+    fastest configuration. Only where some configuration was repeated."""
+    path = "train.images_per_s"
+    if not any(c.spread(path).n > 1 for c in configs):
+        return []
+    headers = ["configuration", "runs", "images/s mean ± σ", "min … max", "speed-up ± σ"]
+    rows = [
+        [c.label, _runs_cell(c), fmt_pm(c.spread(path).mean, c.spread(path).std), fmt_min_max(c.spread(path))]
+        + [fmt_mean_speedup(c, baseline, path)]
+        for c in configs
+    ]
+    lines = ["## Repeated timings", "", *md_table(headers, rows, right={1, 2, 3, 4}), ""]
+    measured = [c for c in configs if c.spread(path).mean is not None]
+    fastest = max(measured, key=lambda c: c.spread(path).mean, default=None)
+    if baseline is not None and fastest is not None and fastest is not baseline:
+        ratio = fmt_mean_speedup(fastest, baseline, path).rstrip("×")
+        lines += [f"Summary: `{fastest.label}` ran **{ratio} times faster** than `{baseline.label}`.", ""]
+    elif fastest is not None and baseline is not None:
+        lines += [f"Summary: the baseline, `{fastest.label}`, is the fastest configuration.", ""]
+    lines += [
+        "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
+        '"mean ± σ"); speed-up: ratio of mean images/s to the baseline\'s, its σ propagated from both '
+        "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ.",
+        "",
+    ]
+    return lines
+
+
+def _ranks(config: Configuration) -> int:
+    """Processes per run: distributed.world_size, 1 for a single-process run."""
+    return int(config.stat("distributed.world_size").median or 1)
+
+
+def data_parallel_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    """What more devices bought: total and per-rank images/s, speed-up over the baseline, scaling
+    efficiency (speed-up per rank added: 100% is perfect linear scaling) and the straggler."""
+    if not any(c.stat("distributed.world_size").n for c in configs):
+        return []
+    headers = ["configuration", "ranks", "images/s (all ranks)", "per rank", "speed-up", "scaling efficiency"]
+    headers += ["slowest rank", "its lag ms"]
+    base_ranks = _ranks(baseline) if baseline else None
+    base = baseline.stat("train.images_per_s") if baseline else Stat(0, None, None, None)
+    rows = []
+    for c in configs:
+        ranks, throughput = _ranks(c), c.stat("train.images_per_s")
+        ips, ratio = throughput.median, median_ratio(throughput, base)
+        efficiency = None if ratio is None else ratio / (ranks / base_ranks)
+        slowest = Counter(r for r in c.values("distributed.slowest_rank") if r is not None)
+        lag = c.stat("distributed.slowest_lag_s").median
+        if slowest:
+            (rank, n), runs = slowest.most_common(1)[0], len(c.ok_runs)
+            slowest_text = f"{rank}" + (f" ({n} of {runs} runs)" if runs > 1 else "")
+        else:
+            slowest_text = "n/a"
+        rows.append(
+            [
+                c.label,
+                str(ranks),
+                fmt_num(ips, 3),
+                fmt_num(None if ips is None else ips / ranks, 3),
+                "n/a" if ratio is None else f"{ratio:.2f}×",
+                "n/a" if efficiency is None else f"{efficiency:.0%}",
+                slowest_text,
+                fmt_num(None if lag is None else lag * 1000, 2),
+            ]
+        )
+    lines = ["## Data-parallel scaling", "", *md_table(headers, rows, right=set(range(1, 8))), ""]
+    lines += [
+        "images/s: median over repeats, all ranks together; per rank: that over the ranks. Scaling efficiency: "
+        f"speed-up over `{baseline.label if baseline else 'n/a'}` divided by the ratio of their rank counts "
+        "(100%: N ranks are N times as fast). Slowest rank: the one that reaches the gradient all-reduce last "
+        "(data wait + forward), the one the others wait for; its lag: how much later, per step, than the median "
+        "of the others.",
+        "",
+    ]
+    return lines
+
+
+def inference_section(configs: list[Configuration], ratios: bool) -> list[str]:
+    """End-to-end and model-only images/s with their ratios to the first configuration, and the
+    agreement with fp32 (lower precisions must not change the masks much)."""
+    headers = ["configuration", "runs", "end-to-end images/s", "ratio", "model-only images/s", "ratio"]
+    headers += ["agreement vs fp32", "Dice vs fp32"]
+    rows = []
+    for c in configs:
+        row = [c.label, _runs_cell(c)]
+        for path in ("inference.end_to_end_images_per_s", "inference.model_images_per_s"):
+            row += [fmt_range(c.stat(path)), fmt_median_speedup(c, configs[0] if ratios else None, path)]
+        for path in ("quality.agreement_vs_fp32", "quality.dice_vs_fp32"):
+            v = c.stat(path).median
+            row.append("n/a" if v is None else f"{v:.4f}")
+        rows.append(row)
+    return ["## Inference", "", *md_table(headers, rows, right=set(range(1, 8))), ""]
+
+
+def failed_section(sweep: Sweep) -> list[str]:
+    lines = ["## Failed jobs", ""]
+    for r in sweep.failed:
+        error = " ".join(str(r.error).split())
+        lines.append(f"- job {r.job} `{r.name}` ({r.status}): {error[:400]}")
+    return [*lines, *([] if sweep.failed else ["None: every job completed."]), ""]
+
+
+def verdict_texts(config: Configuration) -> Counter:
+    return Counter(t for r in config.ok_runs if (t := r.get("verdict.text")))
+
+
+def verdict_section(configs: list[Configuration]) -> list[str]:
+    """Each configuration's verdict text; repeats that disagree are all shown with their counts."""
+    lines = ["## Verdicts", ""]
+    for c in configs:
+        texts = verdict_texts(c)
+        if not texts:
+            why = "measurement off" if not c.measured else ("no completed run" if not c.ok_runs else "none recorded")
+            lines.append(f"- **{c.label}**: no verdict ({why}).")
+        for text, n in texts.items():
+            count = f" ({n} of {len(c.ok_runs)} runs)" if len(texts) > 1 else ""
+            lines.append(f"- **{c.label}**{count}: {text}")
+    return [*lines, ""]
