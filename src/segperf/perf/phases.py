@@ -25,7 +25,7 @@ import lightning as L
 import torch
 from lightning.pytorch.profilers import SimpleProfiler
 
-from segperf.perf.phase_names import PHASE_ORDER, PHASES  # noqa: F401  (re-exported)
+from segperf.perf.phase_names import PHASES
 
 Interval = tuple[float, float]
 
