@@ -1,4 +1,4 @@
-"""FLOPs per image (counted on the meta device), peaks by device name, MFU."""
+"""FLOPs per image (counted on a meta-device twin of the net passed in), peaks by device name, MFU."""
 
 from __future__ import annotations
 
@@ -8,44 +8,69 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
 
+from segperf.model.cnn import DigitCNN
 from segperf.model.unet import UNet
 from segperf.perf.flops import chip_name, flops_per_image, mfu, peak_flops, peak_flops_for_name, throughput_summary
 
-UPCONV = UNet(upsample="upconv").config
-DECONV = UNet(upsample="deconv").config
+UPCONV = UNet(upsample="upconv")
+DECONV = UNet(upsample="deconv")
+IMAGE = (3, 256, 384)  # channels, height, width
 
 
 def test_training_flops_are_about_three_times_the_forward():
-    train = flops_per_image(UPCONV, 256, 384, training=True)
-    forward = flops_per_image(UPCONV, 256, 384, training=False)
+    train = flops_per_image(UPCONV, IMAGE, training=True)
+    forward = flops_per_image(UPCONV, IMAGE, training=False)
     assert 2.5 < train / forward < 3.5
 
 
 def test_deconv_has_fewer_flops_than_upconv():
-    assert flops_per_image(DECONV, 256, 384) < flops_per_image(UPCONV, 256, 384)
-    assert flops_per_image(DECONV, 256, 384, training=False) < flops_per_image(UPCONV, 256, 384, training=False)
+    assert flops_per_image(DECONV, IMAGE) < flops_per_image(UPCONV, IMAGE)
+    assert flops_per_image(DECONV, IMAGE, training=False) < flops_per_image(UPCONV, IMAGE, training=False)
 
 
 def test_flops_scale_about_four_times_when_height_and_width_double():
-    ratio = flops_per_image(UPCONV, 256, 384, training=False) / flops_per_image(UPCONV, 128, 192, training=False)
+    ratio = flops_per_image(UPCONV, IMAGE, training=False) / flops_per_image(UPCONV, (3, 128, 192), training=False)
     assert 3.8 < ratio < 4.2
 
 
-def test_counting_is_fast_cached_and_returns_a_plain_int():
-    config = {**UPCONV, "stem_channels": 8}  # a config no other test counted, so nothing is cached yet
+def test_a_linear_layer_counts_two_flops_per_multiply_add():
+    assert flops_per_image(nn.Sequential(nn.Flatten(), nn.Linear(12, 5)), (3, 2, 2), training=False) == 2 * 12 * 5
+
+
+def test_any_net_is_counted_without_knowing_its_class():
+    cnn = flops_per_image(DigitCNN(), (1, 28, 28), training=False)
+    wider = flops_per_image(DigitCNN(channels=[64, 128]), (1, 28, 28), training=False)
+    assert 0 < cnn < wider
+
+
+def test_counting_is_fast_returns_a_plain_int_and_leaves_the_net_alone():
+    net = UNet(stem_channels=8).to(memory_format=torch.channels_last).to(torch.bfloat16).eval()
+    weights = {k: v.clone() for k, v in net.state_dict().items()}
     start = time.perf_counter()
-    first = flops_per_image(config, 256, 384)
+    flops = flops_per_image(net, IMAGE)
     assert time.perf_counter() - start < 2.0
+    assert type(flops) is int and flops > 0
+    # the same count as for the fresh fp32 net: layout, dtype and mode do not change the FLOPs
+    assert flops == flops_per_image(UNet(stem_channels=8), IMAGE)
+    assert not net.training and all(p.grad is None for p in net.parameters())
+    assert all(torch.equal(v, weights[k]) and v.device.type == "cpu" for k, v in net.state_dict().items())
+
+
+def test_a_compiled_net_is_counted_without_compiling():
+    net = UNet(upsample="deconv", stem_channels=8)
+    expected = flops_per_image(net, (3, 64, 96))
+    net.compile()
     start = time.perf_counter()
-    assert flops_per_image(dict(reversed(list(config.items()))), 256, 384) == first  # key order does not matter
-    assert time.perf_counter() - start < 0.01
-    assert type(first) is int and first > 0
+    assert flops_per_image(net, (3, 64, 96)) == expected
+    assert flops_per_image(torch.compile(UNet(upsample="deconv", stem_channels=8)), (3, 64, 96)) == expected
+    assert time.perf_counter() - start < 2.0  # compiling would take several seconds
 
 
 def test_sizes_the_unet_cannot_take_raise_its_error():
     with pytest.raises(ValueError, match="divisible by 16"):
-        flops_per_image(UPCONV, 250, 384)
+        flops_per_image(UPCONV, (3, 250, 384))
 
 
 @pytest.mark.parametrize(
@@ -113,16 +138,16 @@ def test_mfu_is_achieved_over_peak_and_none_when_anything_is_missing(args, expec
 
 
 def test_throughput_summary_on_cpu_has_flops_but_no_mfu():
-    s = throughput_summary(2.0, 6.0, UPCONV, 256, 384, "cpu", "32-true")
-    assert s["train_flops_per_image"] == flops_per_image(UPCONV, 256, 384, training=True)
-    assert s["val_flops_per_image"] == flops_per_image(UPCONV, 256, 384, training=False)
+    s = throughput_summary(2.0, 6.0, UPCONV, IMAGE, "cpu", "32-true")
+    assert s["train_flops_per_image"] == flops_per_image(UPCONV, IMAGE, training=True)
+    assert s["val_flops_per_image"] == flops_per_image(UPCONV, IMAGE, training=False)
     assert s["achieved_train_flops_per_s"] == pytest.approx(2.0 * s["train_flops_per_image"])
     assert s["peak_flops_per_s"] is None and s["mfu"] is None
     json.dumps(s)
 
 
 def test_throughput_summary_without_a_train_rate_has_no_achieved_flops():
-    s = throughput_summary(None, None, DECONV, 64, 96, "cpu", "32-true")
+    s = throughput_summary(None, None, DECONV, (3, 64, 96), "cpu", "32-true")
     assert s["achieved_train_flops_per_s"] is None and s["train_images_per_s"] is None
 
 

@@ -3,8 +3,9 @@
 Images/s alone cannot say whether a run is slow: 40 images/s may be excellent on a laptop CPU
 and dismal on an H200. MFU = achieved FLOP/s / the chip's theoretical peak puts a run on an
 absolute scale. FLOPs are *counted*, not estimated, with Lightning's `measure_flops` (torch's
-FlopCounterMode) on the meta device: shapes propagate, no memory is allocated and nothing is
-computed, so counting costs a fraction of a second on any machine.
+FlopCounterMode) on whatever net the caller passes, through a twin of it on the meta device:
+shapes propagate, no memory is allocated and nothing is computed, so counting costs a fraction
+of a second on any machine. Nothing here knows which nets exist.
 
 Peaks come from Lightning's table (`_CUDA_FLOPS`), read by our own name parser because
 Lightning only recognises H200 names containing "sxm1"/"nvl1", while the driver reports a
@@ -15,13 +16,16 @@ half of what a dense-peak MFU would.
 
 from __future__ import annotations
 
-import functools
+import copy
+import itertools
 import re
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from lightning.fabric.utilities.throughput import _CUDA_FLOPS, get_available_flops, measure_flops
+from torch import nn
 
 # Lightning precision strings (and their short aliases) -> the dtype the matmuls run in.
 PRECISION_DTYPES: dict[str, torch.dtype] = {
@@ -132,37 +136,43 @@ def peak_flops(device: torch.device | str, precision: str) -> float | None:
     return peak
 
 
-def _config_key(net_config: dict[str, Any]) -> tuple:
-    """A hashable, order-independent form of a net's config (lists become tuples)."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, list | tuple) else v) for k, v in net_config.items()))
+def meta_twin(net: nn.Module) -> nn.Module:
+    """A copy of `net` on the meta device: the same modules, shapes and forward, float32, no memory.
 
-
-@functools.lru_cache(maxsize=64)
-def _count_flops(config_key: tuple, height: int, width: int, training: bool, net_cls: type | None = None) -> int:
-    from segperf.model.unet import UNet
-
-    config = {k: list(v) if isinstance(v, tuple) else v for k, v in config_key}
-    with torch.device("meta"):
-        net = (net_cls or UNet)(**config)
-        x = torch.empty(1, config.get("in_channels", 3), height, width)
-    if training:
-        return int(measure_flops(net, lambda: net(x), loss_fn=lambda y: y.sum()))
-    with torch.no_grad():
-        return int(measure_flops(net, lambda: net(x)))
-
-
-def flops_per_image(
-    net_config: dict[str, Any], height: int, width: int, training: bool = True, net_cls: type | None = None
-) -> int:
-    """FLOPs to process one `height` x `width` image with `UNet(**net_config)` (or `net_cls(**net_config)`:
-    any net rebuildable from its `config`, e.g. the CPU study's DigitCNN).
-
-    training=True counts forward + backward (about 3x forward: backward computes gradients for both
-    inputs and weights); False counts the forward only, as in validation. A multiply-add counts as
-    2 FLOPs. Counted on the meta device (no memory, well under a second) and cached per
-    (config, size, mode). Raises the U-Net's ValueError when the size is not divisible by 16.
+    Parameters and buffers are swapped for meta tensors while copying, so the net's own weights,
+    gradients, device and dtype stay as they are and nothing is copied for real. A compiled net
+    (`nn.Module.compile()` in place, or `torch.compile(net)`) is counted eagerly: the FLOPs are the
+    net's, and compiling for the meta device would only cost time.
     """
-    return _count_flops(_config_key(net_config), int(height), int(width), bool(training), net_cls)
+    net = getattr(net, "_orig_mod", net)  # torch.compile(net) wraps the net
+    memo: dict[int, Any] = {}
+    for tensor in itertools.chain(net.parameters(), net.buffers()):
+        dtype = torch.float32 if tensor.is_floating_point() else tensor.dtype
+        meta = torch.empty_like(tensor, device="meta", dtype=dtype)
+        memo[id(tensor)] = nn.Parameter(meta, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else meta
+    twin = copy.deepcopy(net, memo)
+    for module in twin.modules():
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            module._compiled_call_impl = None  # it would call the original net
+    return twin
+
+
+def flops_per_image(net: nn.Module, input_shape: Sequence[int], training: bool = True) -> int:
+    """FLOPs for `net` to process one image of `input_shape` (channels, height, width).
+
+    Any module: it is counted on a meta-device twin (`meta_twin`) with Lightning's `measure_flops`,
+    so the net itself is not run or changed, and counting takes well under a second anywhere.
+    training=True counts forward + backward (about 3x forward: backward computes gradients for both
+    inputs and weights), in training mode; False counts the forward only, in eval mode, as in
+    validation. A multiply-add counts as 2 FLOPs. A size the net cannot take raises the net's own
+    error (the U-Net's ValueError when it is not divisible by 16).
+    """
+    twin = meta_twin(net).train(training)
+    x = torch.empty(1, *(int(n) for n in input_shape), device="meta")
+    if training:
+        return int(measure_flops(twin, lambda: twin(x), loss_fn=lambda y: y.sum()))
+    with torch.no_grad():
+        return int(measure_flops(twin, lambda: twin(x)))
 
 
 def mfu(images_per_s: float | None, flops_per_image: int | None, peak: float | None) -> float | None:
@@ -175,20 +185,19 @@ def mfu(images_per_s: float | None, flops_per_image: int | None, peak: float | N
 def throughput_summary(
     train_images_per_s: float | None,
     val_images_per_s: float | None,
-    net_config: dict[str, Any],
-    height: int,
-    width: int,
+    net: nn.Module,
+    input_shape: Sequence[int],
     device: torch.device | str,
     precision: str,
-    net_cls: type | None = None,
 ) -> dict[str, Any]:
     """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peak, MFU.
 
-    MFU is computed on training (forward + backward FLOPs); it is None on a CPU, where no peak is
-    known, and whenever the train rate is missing.
+    FLOPs are counted on `net` for one image of `input_shape` (channels, height, width). MFU is
+    computed on training (forward + backward FLOPs); it is None on a CPU, where no peak is known,
+    and whenever the train rate is missing.
     """
-    train_flops = flops_per_image(net_config, height, width, training=True, net_cls=net_cls)
-    val_flops = flops_per_image(net_config, height, width, training=False, net_cls=net_cls)
+    train_flops = flops_per_image(net, input_shape, training=True)
+    val_flops = flops_per_image(net, input_shape, training=False)
     peak = peak_flops(device, precision)
     return {
         "train_images_per_s": None if train_images_per_s is None else float(train_images_per_s),

@@ -135,11 +135,10 @@ class RunMeasurement:
             results["throughput"] = throughput_summary(
                 results["train"]["images_per_s"],
                 results["train"].get("val_images_per_s"),
-                dict(module.net.config),
-                *module_input_size(trainer),
+                module.net,  # counted as it is: the U-Net, the CPU study's CNN, any other net
+                net_input_shape(module, trainer),
                 trainer.strategy.root_device,
                 str(trainer.precision),
-                net_cls=type(module.net),  # the U-Net, or the CPU study's CNN
             )
         gpu_percent = results["resources"].get("gpu_util_mean_percent")
         results["verdict"] = verdict(
@@ -200,9 +199,11 @@ def sampled_gpu() -> int:
     return torch.cuda.current_device()
 
 
-def module_input_size(trainer) -> tuple[int, int]:
+def net_input_shape(module, trainer) -> tuple[int, int, int]:
+    """(channels, height, width) of one image as the net sees it: the channels its config was
+    built with, the size the datamodule delivers."""
     datamodule = trainer.datamodule
-    return datamodule.height, datamodule.width
+    return module.net.config["in_channels"], datamodule.height, datamodule.width
 
 
 def train_section(clock: PhaseClock, validation_s: float, run: tuple[float, float]) -> dict[str, Any]:
