@@ -215,3 +215,4 @@ def test_formats():
     assert format_percent_of_cores(None, 12) == "n/a"
     assert format_mib(1896 * MIB) == "1,896 MiB" and format_mib(None) == "n/a"
     assert format_usage(6070 * MIB, 6144 * MIB) == "6,070 / 6,144 MiB (99%)"
+    assert format_usage(6070 * MIB, None) == "6,070 MiB" and format_usage(None, 6144 * MIB) == "n/a"  # total unknown

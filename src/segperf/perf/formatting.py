@@ -48,7 +48,8 @@ def format_mib(num_bytes: float | None, unit: bool = True) -> str:
 
 
 def format_usage(used_bytes: float | None, total_bytes: float | None) -> str:
-    """'1,896 / 15,932 MiB (12%)', as in the seed's peak RSS and peak GPU memory lines; 'n/a' without data."""
+    """'1,896 / 15,932 MiB (12%)', as in the seed's peak RSS and peak GPU memory lines; '1,896 MiB' when the
+    total is unknown; 'n/a' without data."""
     if used_bytes is None or not total_bytes:
-        return "n/a"
+        return format_mib(used_bytes)
     return f"{format_mib(used_bytes, False)} / {format_mib(total_bytes)} ({100 * used_bytes / total_bytes:.0f}%)"

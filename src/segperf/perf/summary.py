@@ -17,10 +17,6 @@ def _num(value: Any, spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else format(value, spec) + suffix
 
 
-def _mib(value: int | None) -> str:
-    return "n/a" if value is None else format_mib(value)
-
-
 def _section(title: str, rows: list[str]) -> list[str]:
     return [RULE, title, LINE, *rows]
 
@@ -36,9 +32,6 @@ def format_run_summary(results: dict[str, Any]) -> str:
     quality = results.get("quality") or {}
     dataset = results.get("dataset") or {}
     cores = machine.get("cpu_available") or machine.get("cpu_threads") or 1
-    ram_mib = machine.get("ram_mib")
-    rss = res.get("rss_peak_bytes")
-    rss_text = format_usage(rss, ram_mib * 2**20 if ram_mib else None) if ram_mib else _mib(rss)
     gpu_util = (
         "n/a"
         if res.get("gpu_util_p50") is None
@@ -54,15 +47,12 @@ def format_run_summary(results: dict[str, Any]) -> str:
         _kv("Torch threads", f"{results['torch_threads']} intra-op" if results.get("torch_threads") else "n/a"),
         _kv("Wall clock time", _num((results.get("accounted") or {}).get("run_wall_s"), ",.1f", " s")),
         _kv("Samples", f"{res.get('samples', 0):,} @ {res.get('interval_s', 0) * 1000:.0f} ms"),
-        _kv(
-            "Mean CPU util",
-            "n/a" if res.get("cpu_mean_percent") is None else format_percent_of_cores(res["cpu_mean_percent"], cores),
-        ),
-        _kv("Peak RSS usage", rss_text),
+        _kv("Mean CPU util", format_percent_of_cores(res.get("cpu_mean_percent"), cores)),
+        _kv("Peak RSS usage", format_usage(res.get("rss_peak_bytes"), _scale(machine.get("ram_mib"), 2**20))),
         _kv("Peak GPU memory", _gpu_memory(res.get("gpu_mem_peak_bytes"), machine)),
         _kv("GPU util. p50/p90/max", gpu_util),
-        _kv("Peak torch allocated", _mib(res.get("peak_allocated_bytes"))),
-        _kv("Peak torch reserved", _mib(res.get("peak_reserved_bytes"))),
+        _kv("Peak torch allocated", format_mib(res.get("peak_allocated_bytes"))),
+        _kv("Peak torch reserved", format_mib(res.get("peak_reserved_bytes"))),
         _kv("Trained on", f"{train.get('images', 0):,} images in {train.get('steps', 0):,} steps"),
         *_progress_rows(results),
         *_quality_rows(quality),
@@ -116,8 +106,7 @@ def _quality_rows(quality: dict[str, Any]) -> list[str]:
 
 def _gpu_memory(peak: int | None, machine: dict[str, Any]) -> str:
     gpus = machine.get("gpus") or []
-    total_mib = gpus[0].get("memory_mib") if gpus else None
-    used = format_usage(peak, total_mib * 2**20) if total_mib else _mib(peak)
+    used = format_usage(peak, _scale(gpus[0].get("memory_mib"), 2**20) if gpus else None)
     return used if peak is None else f"{used}, incl. other processes"
 
 
@@ -131,8 +120,8 @@ def _phase_table(results: dict[str, Any]) -> str:
     for name, row in sorted(phases.items(), key=lambda item: -item[1]["wall_s"]):
         rows.append(
             f"{name:<16}{row['calls']:>7,}{row['wall_s']:>11.2f}{row['fraction']:>10.1%}"
-            f"{_num(row.get('cpu_mean_percent'), '.0f', '%'):>8}{_mib(row.get('rss_peak_bytes')):>13}"
-            f"{_num(row.get('gpu_util_mean_percent'), '.0f', '%'):>10}{_mib(row.get('gpu_mem_peak_bytes')):>13}"
+            f"{_num(row.get('cpu_mean_percent'), '.0f', '%'):>8}{format_mib(row.get('rss_peak_bytes')):>13}"
+            f"{_num(row.get('gpu_util_mean_percent'), '.0f', '%'):>10}{format_mib(row.get('gpu_mem_peak_bytes')):>13}"
         )
     accounted = results.get("accounted") or {}
     rows += [LINE, f"{'accounted':<23}{accounted.get('wall_s', 0):>11.2f}{accounted.get('fraction', 0):>10.1%}"]
