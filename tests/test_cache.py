@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from segperf.data import cache as cache_module
-from segperf.data.cache import DeviceBatches, cache_key, clear_caches, fill_cache
+from segperf.data.cache import DeviceBatches, cache_key, fill_cache
 from segperf.data.dataset import CarvanaDataset
 from segperf.data.decode import decode_sample
 from segperf.data.layout import find_samples
@@ -20,10 +21,8 @@ from tests.test_datamodule import make_dm
 
 
 @pytest.fixture(autouse=True)
-def no_cache_from_an_earlier_test():
-    clear_caches()
-    yield
-    clear_caches()
+def no_cache_from_an_earlier_test(monkeypatch):
+    monkeypatch.setattr(cache_module, "_caches", OrderedDict())
 
 
 def batches(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:

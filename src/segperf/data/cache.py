@@ -39,16 +39,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from segperf.data.layout import Sample
 
-CACHE_MODES = ("off", "memory", "device")
 DEVICE_SHARE = 0.5  # at most this fraction of a device's free memory goes to the cache
 _KEEP = 2  # caches kept across sweep jobs in one process: one job's train and val
 _caches: OrderedDict[str, SampleCache] = OrderedDict()
-
-
-def check_cache(cache: str) -> str:
-    if cache not in CACHE_MODES:
-        raise ValueError(f"data.cache={cache!r}: use off, memory or device")
-    return cache
 
 
 def bytes_per_sample(height: int, width: int) -> int:
@@ -197,8 +190,3 @@ class DeviceBatches:
             if self.augment is not None:
                 image, mask = self.augment(image, mask)
             yield image, mask
-
-
-def clear_caches() -> None:
-    """Forget every cache this process holds (tests; memory back before a different sweep)."""
-    _caches.clear()
