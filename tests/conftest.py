@@ -37,6 +37,22 @@ def tiny_carvana(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("data") / "carvana", cars=5, seed=1, width=240, height=160)
 
 
+# what the DataModule reports about tiny_carvana (results.json's "dataset"), its root left out
+TINY_CARVANA_SUMMARY = {
+    "root": None,
+    "synthetic": False,
+    "images": 80,
+    "cars": 5,
+    "train_images": 64,
+    "val_images": 16,
+    "train_cars": 4,
+    "val_cars": 1,
+    "skipped": [],
+    "page_cache": "warm",
+    "page_cache_method": None,
+}
+
+
 # the CPU study's workload, tiny: 256 built-in training digits, 64 test digits, batch 32
 MNIST_TINY = [
     "model=cnn",

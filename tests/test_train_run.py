@@ -8,6 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from segperf.training.run import train
 from segperf.training.trainer import precision_notice
+from tests.conftest import TINY_CARVANA_SUMMARY
 
 RESULT_KEYS = {"status", "dataset", "train", "quality", "config"}
 
@@ -28,19 +29,7 @@ def test_run_writes_results_json_with_the_counts_of_the_run(baseline_run):
     assert results == json.loads(json.dumps(returned))
     assert RESULT_KEYS <= results.keys()
     assert results["status"] == "completed"
-    assert results["dataset"] | {"root": None} == {
-        "root": None,
-        "synthetic": False,
-        "images": 80,
-        "cars": 5,
-        "train_images": 64,
-        "val_images": 16,
-        "train_cars": 4,
-        "val_cars": 1,
-        "skipped": [],
-        "page_cache": "warm",
-        "page_cache_method": None,
-    }
+    assert results["dataset"] | {"root": None} == TINY_CARVANA_SUMMARY
     train = results["train"]
     assert (train["images"], train["steps"]) == (12, 3)
     assert train["wall_s"] > 0 and train["images_per_s"] > 0 and train["warmup_excluded"] is True
