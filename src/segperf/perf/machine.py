@@ -5,7 +5,7 @@ makes timings comparable across machines.
 often hand a run fewer CPUs than the machine has, and "126% of 1,200%" only means something against what was usable.
 
 `machine_info` also records what makes timings comparable across machines (host, GPUs, NVIDIA driver, CUDA/cuDNN,
-library versions): the report compares only runs whose records agree (segperf.report.sweep.machine_differences).
+library versions): the report compares only runs whose records agree (segperf.report.comparability).
 """
 
 from __future__ import annotations
