@@ -1,143 +1,26 @@
-"""Data-parallel training (trainer=ddp): each rank its own share of the data, one results.json
-per run with per-rank rows, and the ranks of a sweep's job started into that job's folder.
+"""Data-parallel training (trainer=ddp) at run time: the ranks of a sweep's job started into that
+job's folder, one results.json per run with per-rank rows (in the summary and the report too),
+and what each rank does on its own. The set-up (config, each rank's data) is in test_ddp_setup.py.
 
-The slow tests run real DDP on this CPU: 2 processes, gloo backend, started by Lightning."""
+The slow test runs real DDP on this CPU: 2 processes, gloo backend, started by Lightning."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
-from omegaconf import OmegaConf, open_dict
+from omegaconf import open_dict
 
-from segperf.data.base import RankShard
-from segperf.data.datamodule import CarvanaDataModule
-from segperf.errors import DataSizeError
 from segperf.perf.summary import format_run_summary
-from segperf.schema import check_settings
 from segperf.training.distributed import LAUNCH_ENV, DistributedJob, combine, per_job_rank_commands, rank_command
 from segperf.training.resume import resume_argv
-from tests.conftest import MNIST_TINY, TINY, compose_config, run_cli
-
-
-# -- the config -----------------------------------------------------------------------------
-def test_trainer_ddp_selects_lightnings_ddp_strategy_on_two_devices_of_one_node():
-    cfg = compose_config("trainer=ddp")
-    assert (cfg.trainer.strategy, cfg.trainer.devices, cfg.trainer.num_nodes) == ("ddp", 2, 1)
-    assert cfg.trainer.precision == "32-true"  # everything else as trainer=default
-
-
-def test_trainer_ddp_takes_devices_and_nodes_from_the_command_line():
-    cfg = compose_config("trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2")
-    check_settings(cfg)
-    assert (cfg.trainer.devices, cfg.trainer.num_nodes) == (4, 2)
-
-
-def test_a_misspelt_trainer_key_fails_while_composing():
-    with pytest.raises(Exception, match="num_node"):
-        compose_config("trainer=ddp", "trainer.num_node=2")
-
-
-@pytest.mark.parametrize("group", ["workers=auto", "threads=all"])
-def test_auto_workers_and_threads_share_the_nodes_cores_between_its_ranks(group, monkeypatch):
-    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    key = "data.num_workers" if group.startswith("workers") else "num_threads"
-    single = compose_config(group)
-    ddp = compose_config(group, "trainer=ddp", "trainer.devices=4")
-    assert (OmegaConf.select(single, key), OmegaConf.select(ddp, key)) == (16, 4)
-    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")  # srun gives each task its own CPUs
-    assert OmegaConf.select(compose_config(group, "trainer=ddp", "trainer.devices=4"), key) == 6
-
-
-def test_device_count_reads_every_form_of_trainer_devices(monkeypatch):
-    from segperf.config import device_count
-
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    assert [device_count(d) for d in (1, 4, [0, 1], "3", "0,1,2", "auto", -1)] == [1, 4, 2, 3, 3, 8, 8]
-
-
-# -- each rank's share of the data ------------------------------------------------------------
-def test_rank_shards_split_the_order_without_overlap_and_with_equal_lengths():
-    order = list(range(100, 111))  # 11 positions, 3 ranks: 3 each, the 11th image is left out
-    shards = [list(RankShard(order, rank, 3)) for rank in range(3)]
-    assert [len(s) for s in shards] == [3, 3, 3] == [len(RankShard(order, r, 3)) for r in range(3)]
-    assert shards[0] == [100, 103, 106] and shards[2] == [102, 105, 108]
-    assert not set(shards[0]) & set(shards[1]) and not set(shards[1]) & set(shards[2])
-
-
-def make_dm(root, rank: int, world: int, **overrides) -> CarvanaDataModule:
-    options = dict(root=str(root), height=64, width=96, train_images=8, val_images=4, batch_size=2)
-    dm = CarvanaDataModule(**{**options, **overrides})
-    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)  # what the DataModule reads of it
-    dm.setup("fit")
-    return dm
-
-
-def test_ranks_train_on_disjoint_shares_that_add_up_to_train_images(tiny_carvana):
-    shares = [list(make_dm(tiny_carvana, rank, 2, train_images=40).train_dataloader().sampler) for rank in (0, 1)]
-    assert [len(s) for s in shares] == [20, 20]
-    assert not set(shares[0]) & set(shares[1])  # no image seen twice within the pass
-    # the ranks deal out exactly the order a single process would draw
-    single = list(make_dm(tiny_carvana, 0, 1, train_images=40).train_dataloader().sampler)
-    assert sorted(shares[0] + shares[1]) == sorted(single)
-
-
-def test_ranks_run_the_same_number_of_steps(tiny_carvana):
-    """DDP waits for every rank at every step: unequal batch counts would hang the run."""
-    loaders = [make_dm(tiny_carvana, rank, 3, train_images=23).train_dataloader() for rank in range(3)]
-    assert [len(loader) for loader in loaders] == [4, 4, 4]  # 23 // 3 = 7 images each, in batches of 2
-    assert [[len(image) for image, _ in loader] for loader in loaders] == [[2, 2, 2, 1]] * 3
-
-
-def test_over_more_than_one_pass_no_rank_repeats_an_image_before_the_split_is_used_up(tiny_carvana):
-    shares = [list(make_dm(tiny_carvana, rank, 2, train_images=128).train_dataloader().sampler) for rank in (0, 1)]
-    first_pass = shares[0][:32] + shares[1][:32]  # 64 training images, one full shuffle
-    assert len(set(first_pass)) == 64
-    assert max(Counter(shares[0] + shares[1]).values()) == 2
-
-
-def test_a_resumed_rank_goes_on_with_its_own_share_where_it_stopped(tiny_carvana):
-    """Every rank loads rank 0's checkpoint: the same batch count, applied to each rank's share."""
-    for rank in (0, 1):
-        whole = list(make_dm(tiny_carvana, rank, 2, train_images=24).train_dataloader().sampler)  # 12 images
-        resumed = make_dm(tiny_carvana, rank, 2, train_images=24).train_dataloader()  # a new process
-        resumed.load_state_dict({"batches_done": 2, "samples_done": 4})
-        assert list(resumed.sampler) == whole[4:] and len(resumed) == 6  # Lightning's counter ends the epoch
-
-
-def test_validation_images_are_split_between_ranks_once_each(tiny_carvana):
-    subsets = [make_dm(tiny_carvana, rank, 2, val_images=5).val_dataloader().dataset for rank in (0, 1)]
-    single = make_dm(tiny_carvana, 0, 1, val_images=5).val_dataloader().dataset
-    assert [len(s) for s in subsets] == [3, 2]
-    assert sorted(subsets[0].indices + subsets[1].indices) == sorted(single.indices)
-
-
-def test_mnist_validation_is_split_between_ranks(tiny_mnist):
-    cfg = compose_config(*MNIST_TINY, f"data.root={tiny_mnist}", "val_images=64")
-    sizes = []
-    for rank in (0, 1):
-        dm = instantiate(cfg.data)
-        dm.trainer = SimpleNamespace(global_rank=rank, world_size=2)
-        dm.setup("fit")
-        sizes.append(len(dm.val_dataloader().dataset))
-        assert len(dm.train_dataloader()) == 2  # 128 images, 64 per rank, batches of 32
-    assert sizes == [32, 32]
-
-
-def test_fewer_images_than_ranks_is_a_clear_error(tiny_carvana):
-    with pytest.raises(DataSizeError, match="val_images=2 leaves no validation image for some of the 3 ranks"):
-        make_dm(tiny_carvana, 0, 3, val_images=2).val_dataloader()
-    with pytest.raises(DataSizeError, match="train_images=2 leaves no image for some of the 3 ranks"):
-        make_dm(tiny_carvana, 0, 3, train_images=2).train_dataloader()
+from tests.conftest import TINY, compose_config, run_cli
 
 
 # -- starting the other ranks of a sweep job ---------------------------------------------------------
@@ -206,7 +89,7 @@ def test_resume_argv_leaves_a_command_it_already_rewrote_alone(tmp_path):
     assert resume_argv(quoted) == quoted
 
 
-# -- per-rank rows and their sum -------------------------------------------------------------
+# -- per-rank rows, their sum, the summary and the report -------------------------------------
 def row(rank: int, images: int, rate: float, wait: float, forward: float) -> dict:
     return {
         "rank": rank,
@@ -242,6 +125,24 @@ def test_a_rank_without_a_rate_leaves_the_total_unknown_rather_than_low():
     assert combined["images_per_s"] is None and combined["images"] == 32
 
 
+def test_a_rank_row_takes_steady_state_steps_and_the_device_step_mean():
+    from segperf.training.distributed import rank_row
+
+    per_batch = {"warmup_steps": 1, "data_wait_s": [9.0, 0.01, 0.03], "train_step_s": [9.0, 0.1, 0.3]}
+    per_batch["forward_s"] = [9.0, 0.04, 0.06]
+    results = {
+        "status": "completed",
+        "train": {"images": 12, "steps": 3, "images_per_s": 40.0, "wall_s": 1.0},
+        "jitter": {"per_batch": per_batch, "device_step": {"count": 2, "mean": 0.18}},
+        "resources": {"cpu_mean_percent": 95.0, "gpu_util_mean_percent": 80.0, "peak_allocated_bytes": 2**30},
+    }
+    trainer = SimpleNamespace(global_rank=1, node_rank=0, local_rank=1, strategy=SimpleNamespace(root_device="cuda:1"))
+    row = rank_row(results, trainer)
+    assert row["data_wait_mean_s"] == pytest.approx(0.02) and row["train_step_s"] == pytest.approx(0.4)
+    assert row["ready_mean_s"] == pytest.approx(0.07)  # warm-up step left out
+    assert (row["device_step_mean_s"], row["gpu_util_mean_percent"], row["device"]) == (0.18, 80.0, "cuda:1")
+
+
 def test_summary_shows_the_total_and_one_row_per_rank():
     rows = [row(0, 800, 100.0, 0.001, 0.03), row(1, 800, 99.0, 0.040, 0.03)]
     results = {
@@ -265,6 +166,41 @@ def test_summary_shows_the_total_and_one_row_per_rank():
     assert any(line.split()[:3] == ["all", "1,600", "199.0"] for line in lines)
     assert "Slowest rank: 1" in text
     assert any(line.split()[:4] == ["of", "which", "rank", "0"] for line in lines)
+
+
+def test_report_shows_scaling_efficiency_and_the_straggler_of_ddp_configurations(tmp_path):
+    from segperf.report import build_report
+    from segperf.report.sweep import load_sweep
+    from tests.test_report import make_results, write_sweep
+
+    def ddp(ips: float, slowest: int, seed: int) -> dict:
+        dist = {"world_size": 4, "slowest_rank": slowest, "slowest_lag_s": 0.012, "ranks": []}
+        return make_results(ips, seed=seed, distributed=dist)
+
+    sweep = write_sweep(
+        tmp_path / "sweep",
+        {
+            "0_trainer=default,seed=0": make_results(100.0, seed=0),
+            "1_trainer=ddp,seed=0": ddp(360.0, 2, 0),
+            "2_trainer=default,seed=1": make_results(100.0, seed=1),
+            "3_trainer=ddp,seed=1": ddp(360.0, 2, 1),
+        },
+    )
+    report = build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()
+    section = report.split("## Data-parallel scaling", 1)[1]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("| ").split(" | ")] for line in lines)}
+    assert rows["trainer=ddp"][1:] == ["4", "360", "90.0", "3.60×", "90%", "2 (2 of 2 runs)", "12"]
+    assert rows["trainer=default"][1:6] == ["1", "100", "100", "1.00×", "100%"]
+
+
+def test_report_of_single_process_runs_has_no_data_parallel_section(tmp_path):
+    from segperf.report import build_report
+    from segperf.report.sweep import load_sweep
+    from tests.test_report import make_results, write_sweep
+
+    sweep = write_sweep(tmp_path / "sweep", {"0_seed=0": make_results(100.0), "1_seed=1": make_results(90.0, seed=1)})
+    assert "Data-parallel" not in build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()
 
 
 # -- real DDP on this CPU -----------------------------------------------------------------------
@@ -320,38 +256,6 @@ def test_a_sweep_of_ddp_jobs_on_two_cpu_processes_writes_one_record_per_job_in_i
     assert {"ranks/images_per_s/rank0", "ranks/images_per_s/rank1", "ranks/ready_mean_s/rank1"} <= tags
 
 
-# -- the README's commands ----------------------------------------------------------------------
-def scaling_out_commands() -> list[list[str]]:
-    """The `python -m segperf.train` commands of the README's "Scaling out" section, as argv."""
-    import shlex
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Scaling out", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
-    return [shlex.split(line)[3:] for line in block.splitlines() if line.startswith("python -m segperf.train")]
-
-
-def first_of_each_sweep(args: list[str]) -> list[str]:
-    return [a.split(",")[0] if "=" in a and "," in a and "[" not in a else a for a in args if a != "-m"]
-
-
-def test_readme_scaling_out_commands_compose_with_matching_ddp_and_slurm_settings():
-    from hydra import compose, initialize_config_dir
-
-    from segperf.config import CONFIG_DIR
-
-    commands = scaling_out_commands()
-    assert len(commands) == 4  # one node with N GPUs, the CPU, several nodes under SLURM, a SLURM sweep
-    for args in commands:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=first_of_each_sweep(args), return_hydra_config=True)
-        assert cfg.trainer.strategy == "ddp"
-        if "hydra/launcher=slurm" in args:  # what Lightning checks against SLURM's task counts
-            launcher = cfg.hydra.launcher
-            assert launcher.tasks_per_node == launcher.gpus_per_node == cfg.trainer.devices
-            assert launcher.nodes == cfg.trainer.num_nodes
-
-
 # -- what each rank does on its own --------------------------------------------------------------
 def test_each_rank_samples_the_gpu_of_its_local_rank(monkeypatch):
     from segperf.perf.measure import sampled_gpu
@@ -378,56 +282,3 @@ def test_an_error_on_one_rank_does_not_wait_for_the_others_to_checkpoint(tmp_pat
     assert saved == []  # the others sit in a collective: a checkpoint barrier would never return
     InterruptCheckpoint(tmp_path).on_exception(trainer, None, KeyboardInterrupt())
     assert saved == [tmp_path / "interrupted.ckpt"]  # Ctrl-C reaches every rank: all of them save
-
-
-def test_report_shows_scaling_efficiency_and_the_straggler_of_ddp_configurations(tmp_path):
-    from segperf.report import build_report
-    from segperf.report.sweep import load_sweep
-    from tests.test_report import make_results, write_sweep
-
-    def ddp(ips: float, slowest: int, seed: int) -> dict:
-        dist = {"world_size": 4, "slowest_rank": slowest, "slowest_lag_s": 0.012, "ranks": []}
-        return make_results(ips, seed=seed, distributed=dist)
-
-    sweep = write_sweep(
-        tmp_path / "sweep",
-        {
-            "0_trainer=default,seed=0": make_results(100.0, seed=0),
-            "1_trainer=ddp,seed=0": ddp(360.0, 2, 0),
-            "2_trainer=default,seed=1": make_results(100.0, seed=1),
-            "3_trainer=ddp,seed=1": ddp(360.0, 2, 1),
-        },
-    )
-    report = build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()
-    section = report.split("## Data-parallel scaling", 1)[1]
-    lines = [line for line in section.splitlines() if line.startswith("| ")]
-    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("| ").split(" | ")] for line in lines)}
-    assert rows["trainer=ddp"][1:] == ["4", "360", "90.0", "3.60×", "90%", "2 (2 of 2 runs)", "12"]
-    assert rows["trainer=default"][1:6] == ["1", "100", "100", "1.00×", "100%"]
-
-
-def test_report_of_single_process_runs_has_no_data_parallel_section(tmp_path):
-    from segperf.report import build_report
-    from segperf.report.sweep import load_sweep
-    from tests.test_report import make_results, write_sweep
-
-    sweep = write_sweep(tmp_path / "sweep", {"0_seed=0": make_results(100.0), "1_seed=1": make_results(90.0, seed=1)})
-    assert "Data-parallel" not in build_report(load_sweep(sweep), tmp_path, charts_too=False).read_text()
-
-
-def test_a_rank_row_takes_steady_state_steps_and_the_device_step_mean():
-    from segperf.training.distributed import rank_row
-
-    per_batch = {"warmup_steps": 1, "data_wait_s": [9.0, 0.01, 0.03], "train_step_s": [9.0, 0.1, 0.3]}
-    per_batch["forward_s"] = [9.0, 0.04, 0.06]
-    results = {
-        "status": "completed",
-        "train": {"images": 12, "steps": 3, "images_per_s": 40.0, "wall_s": 1.0},
-        "jitter": {"per_batch": per_batch, "device_step": {"count": 2, "mean": 0.18}},
-        "resources": {"cpu_mean_percent": 95.0, "gpu_util_mean_percent": 80.0, "peak_allocated_bytes": 2**30},
-    }
-    trainer = SimpleNamespace(global_rank=1, node_rank=0, local_rank=1, strategy=SimpleNamespace(root_device="cuda:1"))
-    row = rank_row(results, trainer)
-    assert row["data_wait_mean_s"] == pytest.approx(0.02) and row["train_step_s"] == pytest.approx(0.4)
-    assert row["ready_mean_s"] == pytest.approx(0.07)  # warm-up step left out
-    assert (row["device_step_mean_s"], row["gpu_util_mean_percent"], row["device"]) == (0.18, 80.0, "cuda:1")
