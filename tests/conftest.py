@@ -17,6 +17,8 @@ from segperf.config import CONFIG_DIR  # noqa: E402
 from segperf.data.synthetic import generate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# no progress bar or model summary in the test output; a logged step for every step
+QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.log_every_n_steps=1"]
 # small everything: 64x96 model input (divisible by 16), 240x160 source images
 TINY = [
     "data.height=64",
@@ -25,9 +27,7 @@ TINY = [
     "val_images=4",
     "batch_size=4",
     "val_every_images=4",
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.log_every_n_steps=1",
+    *QUIET,
 ]
 
 
@@ -61,9 +61,7 @@ MNIST_TINY = [
     "val_images=64",
     "batch_size=32",
     "val_every_images=128",
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.log_every_n_steps=1",
+    *QUIET,
 ]
 
 
