@@ -89,7 +89,7 @@ def test_configurations_group_repeats_by_all_but_seed_in_first_job_order():
     configs = sweep.configurations()
     assert [c.label for c in configs] == [f"data.num_workers={n}" for n in range(3)]  # train_images is constant
     assert [[r.job for r in c.runs] for c in configs] == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
-    assert [r.repeat for r in configs[0].runs] == [0, 1, 2]
+    assert [r.get("config.seed") for r in configs[0].runs] == [0, 1, 2]
     assert all("seed" not in dict(c.key) for c in configs)
     assert configs[0].stat("train.images_per_s") == Stat(3, 2.1, 2.0, 2.2)
     assert configs[2].stat("phases.data_wait.fraction").median == pytest.approx(0.06)
@@ -105,7 +105,7 @@ def test_repeat_override_is_dropped_and_constant_overrides_stay_out_of_labels(tm
     }
     sweep = load_sweep(write_sweep(tmp_path, jobs))
     assert [r.job for r in sweep.runs] == [0, 1, 2, 10]  # numeric, not lexical, job order
-    assert [(c.label, [r.repeat for r in c.runs]) for c in sweep.configurations()] == [
+    assert [(c.label, [r.get("config.repeat") for r in c.runs]) for c in sweep.configurations()] == [
         ("pin=on", [0, 1]),
         ("pin=off", [0, 1]),
     ]

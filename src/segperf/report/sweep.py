@@ -88,11 +88,6 @@ class Run:
         return self.results.get("kind") or "train"
 
     @property
-    def repeat(self) -> Any:
-        config = self.results.get("config") or {}
-        return config.get("repeat", config.get("seed"))
-
-    @property
     def machine(self) -> str | None:
         return describe_machine(self.results.get("machine"), self.machine_extra)
 

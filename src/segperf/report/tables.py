@@ -60,7 +60,7 @@ def baseline_of(configs: list[Configuration]) -> Configuration | None:
     return next((c for c in configs if c.stat("train.images_per_s").median is not None), None)
 
 
-def any_cold(configs: list[Configuration]) -> bool:
+def _any_cold(configs: list[Configuration]) -> bool:
     return any("cold" in c.page_cache for c in configs)
 
 
@@ -100,7 +100,7 @@ def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configu
     if len(ids) > 1:
         headers.append("machine")
     right = set(range(1, 10))
-    if any_cold(configs):  # cold reads are slower by design: say which rows had them, next to the count
+    if _any_cold(configs):  # cold reads are slower by design: say which rows had them, next to the count
         headers.insert(2, "page cache")
         for row, c in zip(rows, configs, strict=True):
             row.insert(2, c.page_cache)
@@ -126,7 +126,7 @@ def training_section(
         + (
             "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
             "(`cold_cache=true`), `warm` runs may have read them from memory."
-            if any_cold(configs)
+            if _any_cold(configs)
             else "Page cache: warm in every run (the data files may have been read from memory; "
             "`cold_cache=true` drops them first)."
         ),
