@@ -12,13 +12,13 @@ from segperf.report.stats import Spread, Stat, distinguishable, median_ratio, sp
 from segperf.report.sweep import Configuration
 
 
-def fmt_range(stat: Stat, scale: float = 1.0) -> str:
+def fmt_range(stat: Stat) -> str:
     """ "2.10 [1.97–2.33]"; a single run says it has no spread rather than showing a fake range."""
     if stat.median is None:
         return "n/a"
     if stat.n == 1:
-        return f"{fmt_num(stat.median * scale)} (1 run, no spread)"
-    return f"{fmt_num(stat.median * scale)} [{fmt_num(stat.min * scale)}–{fmt_num(stat.max * scale)}]"
+        return f"{fmt_num(stat.median)} (1 run, no spread)"
+    return f"{fmt_num(stat.median)} [{fmt_num(stat.min)}–{fmt_num(stat.max)}]"
 
 
 def fmt_pm(value: float | None, std: float | None) -> str:

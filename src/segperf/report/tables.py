@@ -195,8 +195,8 @@ def data_parallel_section(configs: list[Configuration], baseline: Configuration 
             [
                 c.label,
                 str(ranks),
-                fmt_num(ips, 3),
-                fmt_num(None if ips is None else ips / ranks, 3),
+                fmt_num(ips),
+                fmt_num(None if ips is None else ips / ranks),
                 "n/a" if ratio is None else f"{ratio:.2f}×",
                 "n/a" if efficiency is None else f"{efficiency:.0%}",
                 slowest_text,
