@@ -72,7 +72,7 @@ def _quality_column(configs: list[Configuration]) -> tuple[str, str]:
     return "quality.val_dice", "val Dice"
 
 
-def training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
     ids = _machine_ids(sweep)
     headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
     quality_path, quality_name = _quality_column(configs)
@@ -113,7 +113,7 @@ def training_section(
 ) -> list[str]:
     """One row per configuration: images/s with its range and speed-up, where the time went, utilization,
     quality and verdict; speed-ups only where `ratios` (the runs' machines may be compared)."""
-    lines = ["## Training", "", *training_table(sweep, configs, baseline)]
+    lines = ["## Training", "", *_training_table(sweep, configs, baseline)]
     lines += [
         "",
         (
