@@ -13,6 +13,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 # the seed study's cumulative ladder: each step adds one optimization to the previous ones
 LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
 LADDER_ARGS ?=
+# Hydra overrides of `python -m segperf.bench data` (conf/bench.yaml), e.g. BENCH_ARGS="'data.num_workers=[0,2,4]'"
 BENCH_ARGS  ?=
 LADDER_DIR  ?= multirun/$(shell date +%Y-%m-%d)/ladder-$(shell date +%H-%M-%S)
 # the CPU study of the second seed: MNIST CNN, batch size x DataLoader workers, built-in digits;
@@ -55,7 +56,7 @@ cpu-study: setup  ## the CPU study: batch 64-512 x 0/2/4 workers on MNIST, then 
 report: setup  ## report of the newest sweep (or SWEEP=...)
 	$(BIN)/python -m segperf.report $(SWEEP)
 
-bench-data: setup  ## loader-only images/s: decode x cache x workers x pin vs the naive loader (BENCH_ARGS="--cold-cache")
+bench-data: setup  ## loader-only images/s: decode x cache x workers x pin vs the naive loader (BENCH_ARGS="cold_cache=true data.cache=off")
 	$(BIN)/python -m segperf.bench data $(BENCH_ARGS)
 
 lint: setup

@@ -1,4 +1,5 @@
-"""`python -m segperf.bench data`: how many images per second the input pipeline alone delivers.
+"""The timed loops of `python -m segperf.bench data`: how many images per second the input
+pipeline alone delivers.
 
 No model: each configuration's loader is drained as fast as it goes. One run measures, side by
 side, a grid of decode x cache x workers x pin, the device cache, and a naive reference loader
@@ -6,22 +7,19 @@ written the way the seed study's first version loaded (one process, one sample a
 full PIL decode then resize); every rate is also given as a ratio to that reference. Like
 nanoGPT's bench.py it warms up before timing: the first batches of each loader (worker
 start-up, imports, first file reads) are drained untimed, workers are kept alive, and the timed
-passes are repeated until at least `--min-seconds` have passed. A cache's fill time is reported
+passes are repeated until at least `min_seconds` have passed. A cache's fill time is reported
 in its row's note, not counted in its rate: the rate is the steady state of a training run.
 
-The last line printed is the path of the JSON file with the same table: a list of rows, each
-with its settings, `images_per_s` and `ratio_vs_naive` (the naive reference and the memory-copy
-bound are rows too).
+`run()` prints the table (segperf.bench.table) and writes it as JSON, whose path is the last line
+printed: a list of rows, each with its settings, `images_per_s` and `ratio_vs_naive` (the naive
+reference and the memory-copy bound are rows too). The command line is segperf.bench.cli.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,9 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from segperf.config import available_cores
+from segperf.bench.schema import Settings
+from segperf.bench.table import REFERENCE, closing_lines, label, table
+from segperf.config import available_cores, segperf_cache_dir
 from segperf.data.augment import DeviceAugment, HostAugment, seed_worker
 from segperf.data.cache import DeviceBatches, SampleCache, bytes_per_sample, cache_key, fill_cache
 from segperf.data.cold import PageCache, drop_page_cache, warm
@@ -38,9 +38,6 @@ from segperf.data.dataset import CarvanaDataset
 from segperf.data.decode import decode_image
 from segperf.data.layout import Sample, find_samples
 from segperf.data.synthetic import ensure_synthetic
-from segperf.perf.formatting import md_table
-
-REFERENCE = "naive"
 
 
 # -- the loaders ------------------------------------------------------------------------------
@@ -84,31 +81,32 @@ def drain(batches: Iterable) -> int:
 class Bench:
     """One benchmark run: its samples, order and settings, and the caches it filled (by decode)."""
 
-    def __init__(self, args: argparse.Namespace, samples: list[Sample]) -> None:
-        self.args = args
+    def __init__(self, s: Settings, root: Path, samples: list[Sample]) -> None:
+        self.s = s
+        self.root = root
         self.samples = samples
-        self.size = (args.width, args.height)  # PIL's order
-        order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(0)).tolist()
-        self.order = (order * (args.images // len(order) + 1))[: args.images]
-        self.files = [p for s in samples for p in (s.image, s.mask)]
+        self.size = (s.width, s.height)  # PIL's order
+        order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(s.seed)).tolist()
+        self.order = (order * (s.images // len(order) + 1))[: s.images]
+        self.files = [p for sample in samples for p in (sample.image, sample.mask)]
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.caches: dict[str, SampleCache] = {}
         self.fill_seconds: dict[str, float] = {}
         self.rows: list[dict[str, Any]] = []
 
     def page_cache(self) -> PageCache:
-        """Dropped right before each timed pass with --cold-cache (the warm-up read some files)."""
-        return drop_page_cache(self.files) if self.args.cold_cache else warm("--cold-cache not given")
+        """Dropped right before each timed pass with cold_cache=true (the warm-up read some files)."""
+        return drop_page_cache(self.files) if self.s.cold_cache else warm("cold_cache=false")
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # queued device work belongs to the pass that queued it
 
     def timed(self, row: dict[str, Any], run_pass: Callable[[], int]) -> None:
-        """Repeat `run_pass` until --min-seconds have passed; record images/s in `row`."""
+        """Repeat `run_pass` until `min_seconds` have passed; record images/s in `row`."""
         row["page_cache"] = self.page_cache().state
         images, t0 = 0, time.perf_counter()
-        while (seconds := time.perf_counter() - t0) < self.args.min_seconds or not images:
+        while (seconds := time.perf_counter() - t0) < self.s.min_seconds or not images:
             images += run_pass()
             self.sync()
         row |= {"images": images, "seconds": round(seconds, 3), "images_per_s": images / seconds}
@@ -116,13 +114,13 @@ class Bench:
         print(f"  {label(row):<50} {row['images_per_s']:>9.1f} images/s", flush=True)
 
     def settings(self, loader: str, decode: str | None, cache: str, workers: int = 0, pin: bool = False) -> dict:
-        a = self.args
+        a = self.s
         augment = "off" if loader == REFERENCE else a.augment
         return {"loader": loader, "decode": decode, "cache": cache, "workers": workers, "pin": pin,
                 "augment": augment, "height": a.height, "width": a.width, "batch_size": a.batch_size}  # fmt: skip
 
     def naive(self) -> None:
-        a = self.args
+        a = self.s
         drain(naive_batches(self.samples, self.order[: a.batch_size], self.size, a.batch_size))  # warm-up
         row = self.settings(REFERENCE, "full", "off")
         row["note"] = "reference: the seed's first loader (1 process, sequential, full decode)"
@@ -131,21 +129,22 @@ class Bench:
     def cache_for(self, decode: str) -> SampleCache:
         """The decoded samples for `decode`, filled once per run (the fill is not timed as loading)."""
         if decode not in self.caches:
-            plain = CarvanaDataset(self.samples, self.args.height, self.args.width, decode)
-            key = cache_key(self.args.root, self.args.height, self.args.width, decode, self.samples)
+            s = self.s
+            plain = CarvanaDataset(self.samples, s.height, s.width, decode)
+            key = cache_key(self.root, s.height, s.width, decode, self.samples)
             self.page_cache()  # a cold fill reads from disk
             t0 = time.perf_counter()
-            self.caches[decode] = fill_cache(plain, key, torch.device("cpu"), max(self.args.workers), "bench")
+            self.caches[decode] = fill_cache(plain, key, torch.device("cpu"), max(s.workers), "bench")
             self.fill_seconds[decode] = time.perf_counter() - t0
         return self.caches[decode]
 
     def data_loader(self, decode: str, cache: str, workers: int, pin: bool) -> None:
-        a = self.args
+        a = self.s
         dataset = CarvanaDataset(self.samples, a.height, a.width, decode)
         if cache == "memory":
             dataset.cache = self.cache_for(decode)
         if a.augment == "basic":
-            dataset.augment = HostAugment(0)
+            dataset.augment = HostAugment(a.seed)
         batches = BatchList()
         loader = DataLoader(
             dataset,
@@ -165,24 +164,25 @@ class Bench:
     def device_cache(self, decode: str) -> None:
         host = self.cache_for(decode)
         cache = SampleCache(host.key, host.images.to(self.device), host.masks.to(self.device))
-        augment = DeviceAugment(0, self.device) if self.args.augment == "basic" else None
-        loader = DeviceBatches(cache, self.order, self.args.batch_size, augment)
+        augment = DeviceAugment(self.s.seed, self.device) if self.s.augment == "basic" else None
+        loader = DeviceBatches(cache, self.order, self.s.batch_size, augment)
         drain(loader)  # warm-up
         row = self.settings("device cache", decode, "device") | {"device": str(self.device)}
         row["note"] = self.note(row)
         self.timed(row, lambda: drain(loader))
 
     def run(self) -> list[dict[str, Any]]:
-        """The naive reference first, then every configuration of the grid."""
-        a = self.args
+        """The naive reference first, then every configuration of the grid, in the order of its lists."""
+        a = self.s
         self.naive()
         for decode in a.decode:
             for cache in a.cache:
+                if cache == "device":  # no DataLoader: the workers and pin axes do not apply
+                    self.device_cache(decode)
+                    continue
                 for workers in a.workers:
                     for pin in a.pin:
                         self.data_loader(decode, cache, workers, pin)
-            if a.device_cache:
-                self.device_cache(decode)
         if self.caches:
             self.copy_bound(next(iter(self.caches.values())))
         for row in self.rows:
@@ -191,7 +191,8 @@ class Bench:
 
     def copy_bound(self, cache: SampleCache) -> None:
         """The cached path's ceiling: gathering a batch out of the cache is a memory copy."""
-        index = torch.randint(0, len(cache), (self.args.batch_size,), generator=torch.Generator().manual_seed(0))
+        generator = torch.Generator().manual_seed(self.s.seed)
+        index = torch.randint(0, len(cache), (self.s.batch_size,), generator=generator)
 
         def gather() -> int:
             for _ in range(20):
@@ -202,7 +203,7 @@ class Bench:
         row["note"] = "index_select of a batch out of the cache: the memory-copy rate the cached path can reach"
         self.timed(row, gather)
         row["page_cache"] = "n/a"
-        row["bytes_per_s"] = row["images_per_s"] * bytes_per_sample(self.args.height, self.args.width)
+        row["bytes_per_s"] = row["images_per_s"] * bytes_per_sample(self.s.height, self.s.width)
 
     def note(self, row: dict[str, Any]) -> str:
         """Why a row is as fast or as slow as it is, where a reader would ask."""
@@ -233,111 +234,44 @@ def input_difference(samples: list[Sample], size: tuple[int, int], count: int = 
     return {"images": len(diffs), "mean_abs_diff": float(np.mean(diffs)), "max_abs_diff": float(np.max(maxima))}
 
 
-# -- the table ---------------------------------------------------------------------------------
-def label(row: dict[str, Any]) -> str:
-    if row["loader"] in (REFERENCE, "copy bound"):
-        return row["loader"]
-    if row["loader"] == "device cache":
-        return f"decode={row['decode']} cache=device ({row['device']})"
-    pin = "on" if row["pin"] else "off"
-    return f"decode={row['decode']} cache={row['cache']} workers={row['workers']} pin={pin}"
+# -- one run ------------------------------------------------------------------------------------
+def data_root(s: Settings) -> Path:
+    """`data.root`, or the built-in data set (made once, in segperf's cache folder by default)."""
+    if s.root is not None:
+        return s.root
+    synthetic = dict(s.synthetic)
+    cache_dir = synthetic.pop("cache_dir") or segperf_cache_dir()
+    return ensure_synthetic(cache_dir, **synthetic)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    headers = ["loader", "decode", "cache", "workers", "pin", "page cache", "images/s", "vs naive", "note"]
-    cells = [
-        [
-            r["loader"],
-            r["decode"] or "-",
-            f"device ({r['device']})" if r["loader"] == "device cache" else r["cache"],
-            str(r["workers"]),
-            "on" if r["pin"] else "off",
-            r["page_cache"],
-            f"{r['images_per_s']:,.1f}",
-            f"{r['ratio_vs_naive']:.2f}x",
-            r["note"],
-        ]
-        for r in rows
-    ]
-    return "\n".join(md_table(headers, cells, right={3, 6, 7}))
-
-
-# -- command line ------------------------------------------------------------------------------
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m segperf.bench data", description=__doc__.splitlines()[0])
-    ap.add_argument("--root", help="data in Kaggle's Carvana layout (default: the built-in synthetic data)")
-    ap.add_argument("--images", type=int, default=96, help="images per timed pass, each a distinct sample (96)")
-    ap.add_argument("--height", type=int, default=256)
-    ap.add_argument("--width", type=int, default=384)
-    ap.add_argument("--batch-size", type=int, default=6, help="the seed study's batch size (6)")
-    ap.add_argument("--min-seconds", type=float, default=1.0, help="repeat timed passes until this long (1.0)")
-    ap.add_argument("--decode", type=_list, default=["full", "reduced"], help="comma list (full,reduced)")
-    ap.add_argument("--cache", type=_list, default=["off", "memory"], help="comma list of DataLoader caches")
-    ap.add_argument("--workers", type=_ints, default=[0, 2], help="comma list (0,2)")
-    ap.add_argument("--pin", type=_bools, default=[False, True], help="comma list (off,on)")
-    ap.add_argument("--no-device-cache", dest="device_cache", action="store_false", help="leave out cache=device")
-    ap.add_argument("--augment", choices=["off", "basic"], default="off", help="augmentation in every segperf row")
-    ap.add_argument("--cold-cache", action="store_true", help="drop the data from the OS page cache before each row")
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch intra-op threads of the benchmark process (1: batch copies are memory-bound, and on a small "
-        "machine an OpenMP team stalls whenever another process holds one of its cores)",
-    )
-    ap.add_argument("--out", type=Path, help="JSON path (default: outputs/bench/<date>_<time>/loader.json)")
-    return ap.parse_args(argv)
-
-
-def _list(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(t) for t in _list(text)]
-
-
-def _bools(text: str) -> list[bool]:
-    return [t in ("on", "true", "1") for t in _list(text)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    default_root = os.environ.get("SEGPERF_CACHE", "~/.cache/segperf")
-    args.root = Path(args.root).expanduser() if args.root else ensure_synthetic(default_root)
-    torch.set_num_threads(args.threads)
-    bench = Bench(args, find_samples(args.root)[: args.images])
+def run(s: Settings, run_dir: Path) -> Path:
+    """Measure the grid, print the table, write it as JSON (`out`, or loader.json in `run_dir`)
+    and print that path as the last line; return it."""
+    root = data_root(s)
+    if s.num_threads is not None:
+        torch.set_num_threads(s.num_threads)
+    bench = Bench(s, root, find_samples(root)[: s.images])
     cuda = "CUDA" if torch.cuda.is_available() else "no CUDA"
     print(
-        f"Loader benchmark: {len(bench.samples)} samples of {args.root}, {args.images} images per timed pass, "
-        f"{args.height}x{args.width}, batch {args.batch_size}, {available_cores()} cores, {cuda}, "
+        f"Loader benchmark: {len(bench.samples)} samples of {root}, {s.images} images per timed pass, "
+        f"{s.height}x{s.width}, batch {s.batch_size}, {available_cores()} cores, {cuda}, "
         f"{torch.get_num_threads()} torch thread(s) in this process.",
         flush=True,
     )
-    if args.cold_cache:
+    if s.cold_cache:
         print(f"segperf.bench: before each timed pass: {bench.page_cache().message}")
     rows = bench.run()
-    quality = input_difference(bench.samples, bench.size) if "reduced" in args.decode else None
+    quality = input_difference(bench.samples, bench.size) if "reduced" in s.decode else None
     for row in rows:
         if quality and row["decode"] == "reduced":
             row["mean_abs_diff_vs_full"] = quality["mean_abs_diff"]
 
     print()
     print(table(rows))
-    if bench.caches:
-        bound = rows[-1]
-        print(
-            f"\nBound: gathering cached batches copies memory at {bound['bytes_per_s'] / 1e9:.2f} GB/s = "
-            f"{bound['images_per_s']:,.0f} images/s at {args.height}x{args.width}."
-        )
-    if quality:
-        print(
-            f"decode=reduced vs full at {args.height}x{args.width}: mean absolute pixel difference "
-            f"{quality['mean_abs_diff']:.2f} of 255 (max {quality['max_abs_diff']:.0f}) over "
-            f"{quality['images']} images; masks are decoded the same way in both modes."
-        )
-    out = args.out or Path("outputs/bench") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S") / "loader.json"
+    for line in closing_lines(rows, quality, s.height, s.width):
+        print(line)
+    out = s.out or run_dir / "loader.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1) + "\n")
     print(out)
-    return 0
+    return out
