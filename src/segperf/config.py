@@ -57,14 +57,16 @@ def half_cores_per_rank(devices: Any = 1) -> int:
 
 def register_resolvers() -> None:
     """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all),
-    `${half_cores_per_rank:${trainer.devices}}` (threads=half) and `${device_count:...}` in the
-    configs. Idempotent."""
+    `${half_cores_per_rank:${trainer.devices}}` (threads=half), `${device_count:...}` and
+    `${segperf_cache_dir:}` (the built-in data's folder) in the configs. Idempotent."""
     if not OmegaConf.has_resolver("cores_per_rank"):
         OmegaConf.register_new_resolver("cores_per_rank", cores_per_rank)
     if not OmegaConf.has_resolver("half_cores_per_rank"):
         OmegaConf.register_new_resolver("half_cores_per_rank", half_cores_per_rank)
     if not OmegaConf.has_resolver("device_count"):  # hydra/launcher=slurm: GPUs per node from trainer.devices
         OmegaConf.register_new_resolver("device_count", device_count)
+    if not OmegaConf.has_resolver("segperf_cache_dir"):  # `${segperf_cache_dir:}`: the built-in data's folder
+        OmegaConf.register_new_resolver("segperf_cache_dir", lambda: str(segperf_cache_dir()))
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:
@@ -74,7 +76,9 @@ def plain_config(cfg: Any) -> dict[str, Any]:
 
 
 def segperf_cache_dir() -> Path:
-    """The configured cache folder (data.synthetic.cache_dir's default): $SEGPERF_CACHE or ~/.cache/segperf."""
+    """segperf's cache folder, the one place that says where it is: $SEGPERF_CACHE or
+    ~/.cache/segperf. The configs read it as `${segperf_cache_dir:}` (data.synthetic.cache_dir,
+    data.builtin.cache_dir), the DataModules when given no folder, and the tools' caches go under it."""
     return Path(os.environ.get("SEGPERF_CACHE", "~/.cache/segperf")).expanduser()
 
 
