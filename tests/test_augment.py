@@ -4,7 +4,6 @@ workers=auto counts the cores the process may use."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
@@ -98,13 +97,6 @@ def test_loaders_with_workers_seed_them(tiny_carvana):
     loader = make_dm(tiny_carvana, num_workers=2).train_dataloader()
     assert loader.worker_init_fn is seed_worker and loader.persistent_workers is True
     assert make_dm(tiny_carvana).train_dataloader().worker_init_fn is None
-
-
-def test_an_unknown_augment_option_is_refused_naming_the_setting(tiny_carvana):
-    from segperf.data.datamodule import CarvanaDataModule
-
-    with pytest.raises(ValueError, match=r"data.augment='strong': use off or basic"):
-        CarvanaDataModule(root=str(tiny_carvana), augment="strong")
 
 
 def test_workers_auto_counts_the_cores_this_process_may_use_not_the_machines(monkeypatch):

@@ -156,14 +156,6 @@ def test_policy_skip_leaves_out_bad_samples_with_one_warning(data):
     ]
 
 
-def test_unknown_policy_is_refused_naming_the_setting(data):
-    samples = find_samples(data)
-    report = check_samples(samples)
-    with pytest.raises(ValueError, match=r"data\.on_bad_sample") as info:
-        apply_policy(samples, report, "ignore")
-    assert "raise" in str(info.value) and "skip" in str(info.value)
-
-
 def test_orphan_masks_are_listed_not_fatal(data):
     image = _images(data)[4]
     image.unlink()

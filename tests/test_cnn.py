@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
 from segperf.data.mnist import read_split
@@ -90,14 +91,24 @@ def test_profile_counters_records_counts_or_one_line_why_not(cnn_run):
         assert f"n/a: {counters['reason']}" in (run_dir / "summary.txt").read_text()
 
 
-def test_unet_and_carvana_only_settings_are_refused_for_the_cnn_with_the_fix():
-    cfg = compose_config("model=cnn", "data=mnist", "upsample=deconv", "cache=memory", "model.net.dropout=1.0")
-    assert problems_in(cfg) == [
-        "data.cache='memory': applies to data=carvana only; use cache=off here",
-        "model.net.upsample='deconv': applies to model=unet only; use upsample=upconv",
-        "model.net.dropout=1.0: must be >= 0 and < 1, e.g. 0.25",
-    ]
+def test_the_cpu_study_workload_has_no_unet_or_carvana_keys():
+    cfg = compose_config("model=cnn", "data=mnist", "size=mnist")
+    assert not {"decode", "cache", "augment"} & set(cfg.data) and "upsample" not in cfg.model.net
+    assert problems_in(cfg) == []
     assert problems_in(compose_config("model=cnn", "data=mnist", "memory_format=channels_last")) == []
+
+
+@pytest.mark.parametrize("axis", ["upsample=deconv", "cache=memory", "decode=reduced", "augment=basic", "+opt=all"])
+def test_unet_and_carvana_only_axes_are_refused_for_the_cnn_while_composing(axis):
+    group = "upsample" if axis == "+opt=all" else axis.split("=")[0]  # opt/all sets upsample first
+    refused = f"Could not override '{group}'. No match in the defaults list"
+    with pytest.raises(ConfigCompositionException, match=refused):
+        compose_config("model=cnn", "data=mnist", axis)
+
+
+def test_a_cnn_range_problem_is_named_with_what_is_allowed():
+    cfg = compose_config("model=cnn", "data=mnist", "model.net.dropout=1.0")
+    assert problems_in(cfg) == ["model.net.dropout=1.0: must be >= 0 and < 1, e.g. 0.25"]
 
 
 @pytest.mark.slow

@@ -67,12 +67,6 @@ def test_more_val_images_than_the_split_has_is_refused_with_the_limit(tiny_carva
         make_dm(tiny_carvana, val_images=17)
 
 
-@pytest.mark.parametrize("name", ["train_images", "val_images", "batch_size"])
-def test_zero_run_size_is_refused_naming_the_key(tiny_carvana, name):
-    with pytest.raises(ValueError, match=f"{name}=0"):
-        make_dm(tiny_carvana, **{name: 0})
-
-
 def test_thread_prefetch_yields_the_same_batches_as_the_plain_loader(tiny_carvana):
     plain = make_dm(tiny_carvana, train_images=12).train_dataloader()
     prefetched = make_dm(tiny_carvana, train_images=12, prefetch_factor=2).train_dataloader()

@@ -8,7 +8,6 @@ import pytest
 import torch
 from PIL import Image
 
-from segperf.data.datamodule import CarvanaDataModule
 from segperf.data.decode import decode_image, decode_mask, decode_sample
 from segperf.data.layout import Sample, find_samples
 from segperf.data.synthetic import car_ids, render_view
@@ -82,8 +81,3 @@ def test_decode_reduced_reaches_the_batches_at_the_configured_size(tiny_cfg):
     image, mask = next(iter(dm.train_dataloader()))
     assert dm.decode == "reduced"
     assert image.shape == (4, 64, 96, 3) and image.dtype == torch.uint8 and mask.shape == (4, 64, 96)
-
-
-def test_an_unknown_decode_mode_is_refused_naming_the_setting(tiny_carvana):
-    with pytest.raises(ValueError, match=r"data.decode='fast': use full or reduced"):
-        CarvanaDataModule(root=str(tiny_carvana), decode="fast")

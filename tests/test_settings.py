@@ -2,10 +2,12 @@
 adapt (recorded) or stop, as the README's table says."""
 
 import json
+import re
 
 import pytest
 from hydra.errors import ConfigCompositionException
 
+from segperf.config import plain_config
 from segperf.schema import SettingsError, check_settings, problems_in
 from segperf.training import adapt
 from segperf.training.run import train
@@ -25,11 +27,6 @@ from tests.conftest import compose_config
         ("val_images=0", r"val_images=0: must be a whole number >= 1"),
         ("data.holdout_frac=1.5", r"data.holdout_frac=1.5: must be between 0 and 1"),
         ("data.holdout_frac=0", r"data.holdout_frac=0.0: must be between 0 and 1"),
-        ("data.cache=disk", r"data.cache='disk': use one of off, memory, device"),
-        ("data.decode=fast", r"data.decode='fast': use one of full, reduced"),
-        ("data.on_bad_sample=ignore", r"data.on_bad_sample='ignore': use one of raise, skip"),
-        ("model.memory_format=nhwc", r"model.memory_format='nhwc': use one of nchw, channels_last"),
-        ("trainer.accelerator=tpu", r"trainer.accelerator='tpu': use one of auto, cpu, gpu"),
         ("perf.sample_interval_s=0", r"perf.sample_interval_s=0.0: must be > 0"),
         ("warmup_steps=-1", r"warmup_steps=-1: must be >= 0"),
     ],
@@ -38,7 +35,37 @@ def test_an_out_of_range_value_is_named_with_what_is_allowed(override, expected)
     problems = problems_in(compose_config(override))
     assert len(problems) == 1, problems
     assert problems[0].count("\n") == 0
-    assert __import__("re").search(expected, problems[0]), problems[0]
+    assert re.search(expected, problems[0]), problems[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "valid"),
+    [
+        ("data.cache=disk", "off, memory, device"),
+        ("data.decode=fast", "full, reduced"),
+        ("data.augment=strong", "off, basic"),
+        ("data.on_bad_sample=ignore", "raise, skip"),
+        ("model.net.upsample=bilinear", "upconv, deconv"),
+        ("model.memory_format=nhwc", "nchw, channels_last"),
+        ("trainer.accelerator=tpu", "auto, cpu, gpu, cuda, mps"),
+    ],
+)
+def test_an_unknown_option_is_rejected_while_composing_with_the_valid_ones(override, valid):
+    key, value = override.split("=")
+    with pytest.raises(ConfigCompositionException, match=f"override {re.escape(override)}") as caught:
+        compose_config(override)
+    reason = str(caught.value.__cause__)
+    assert f"Invalid value '{value}', expected one of [{valid}]" in reason
+    assert f"full_key: {key}" in reason
+
+
+def test_the_options_the_code_compares_with_plain_strings_arrive_as_such():
+    # the schema's enums equal, and print as, the strings users type; the record has plain strings
+    data = compose_config("cache=memory", "decode=reduced", "augment=basic").data
+    assert (data.cache, data.decode, data.augment, data.on_bad_sample) == ("memory", "reduced", "basic", "raise")
+    assert f"{data.cache} {data.decode}" == "memory reduced"
+    record = plain_config(data)
+    assert [type(record[key]) for key in ("cache", "decode", "augment", "on_bad_sample")] == [str] * 4
 
 
 def test_the_default_config_and_every_fast_setting_are_valid():

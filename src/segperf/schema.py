@@ -1,46 +1,90 @@
 """The structured schema of `conf/train.yaml`, and the range checks a type cannot express.
 
-Two layers, so every bad setting stops before any work with one line that names it:
+Each rule lives in one place, so every bad setting stops before any work with a line that names it:
 
-1. Types and key names: the dataclasses below are registered in Hydra's ConfigStore as
+1. Types, key names and choices: the dataclasses below are registered in Hydra's ConfigStore as
    `segperf_train_schema` and head train.yaml's defaults list, so Hydra itself rejects a
-   misspelt key (`data.num_worker=2`) or a value of the wrong type (`batch_size=abc`) while
-   composing, with its own one-line message and no traceback.
-2. Values: `check_settings` runs first thing in every run (sweep jobs too) and lists every
-   out-of-range or unknown value, each with what is allowed. OmegaConf does not call a
+   misspelt key (`data.num_worker=2`), a value of the wrong type (`batch_size=abc`) or an
+   option a setting does not have (`data.cache=disk`: the enums below; Hydra lists the valid
+   ones) while composing, with its own message and no traceback.
+2. Ranges: `check_settings` runs first thing in every run (sweep jobs too) and lists every
+   out-of-range value at once, one line each, with what is allowed. OmegaConf does not call a
    dataclass's `__post_init__`, so these checks cannot live in the dataclasses.
+
+The values themselves live in conf/ (the YAML): a field here only types its key (MISSING), and
+the constructors (segperf.data, segperf.model) do not check again what the schema guarantees.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 
 from segperf.errors import SegperfError
 
+
+class Choice(StrEnum):
+    """A setting with a fixed set of options (a `str` Enum). Each member's name is what users
+    type (`data.cache=memory`: OmegaConf matches an enum by member name) and its value the same
+    string, so a member equals, and prints as, the plain string the code compares it with.
+    plain_config (enum_to_str) turns them into plain strings for results.json and the run."""
+
+
+class Decode(Choice):
+    full = "full"
+    reduced = "reduced"
+
+
+class Cache(Choice):
+    off = "off"
+    memory = "memory"
+    device = "device"
+
+
+class Augment(Choice):
+    off = "off"
+    basic = "basic"
+
+
+class Upsample(Choice):
+    upconv = "upconv"
+    deconv = "deconv"
+
+
+class MemoryFormat(Choice):
+    nchw = "nchw"
+    channels_last = "channels_last"
+
+
+class Accelerator(Choice):
+    auto = "auto"
+    cpu = "cpu"
+    gpu = "gpu"
+    cuda = "cuda"
+    mps = "mps"
+
+
+# `raise` is a Python keyword, so this one cannot be written as a class body
+OnBadSample = Choice("OnBadSample", [("raise", "raise"), ("skip", "skip")], module=__name__)
+
 # Lightning precision names segperf measures, and the `precision` group option that sets each.
+# trainer.precision stays a string checked by problems_in, not an enum: OmegaConf matches an
+# enum by its member names, and Lightning's names ("32-true", "bf16-mixed") are not Python
+# identifiers, so an enum would make users type other names than Lightning's.
 PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
-CHOICES = {
-    "data.on_bad_sample": ("raise", "skip"),
-    "data.decode": ("full", "reduced"),
-    "data.cache": ("off", "memory", "device"),
-    "data.augment": ("off", "basic"),
-    "model.net.upsample": ("upconv", "deconv"),
-    "model.memory_format": ("nchw", "channels_last"),
-    "trainer.accelerator": ("auto", "cpu", "gpu", "cuda", "mps"),
-}
 
 
 @dataclass
 class SyntheticSchema:
-    cache_dir: str = "~/.cache/segperf"
-    cars: int = 10
-    seed: int = 0
-    width: int = 1918
-    height: int = 1280
+    cache_dir: str = MISSING
+    cars: int = MISSING
+    seed: int = MISSING
+    width: int = MISSING
+    height: int = MISSING
 
 
 @dataclass
@@ -48,90 +92,87 @@ class LoaderSchema:
     """What every data option has: where the data is, the run size, and the DataLoader axes."""
 
     _target_: str = MISSING
-    root: str | None = None
+    root: str | None = MISSING
     train_images: int = MISSING
     val_images: int = MISSING
     batch_size: int = MISSING
-    seed: int = 0
-    num_workers: int = 0
-    prefetch_factor: int | None = None
-    pin_memory: bool = False
-    persistent_workers: bool = True
-    # the Carvana pipeline's axes; their groups set them for every workload (problems_in and the
-    # other data modules accept only the baselines)
-    decode: str = "full"
-    cache: str = "off"
-    augment: str = "off"
+    seed: int = MISSING
+    num_workers: int = MISSING
+    prefetch_factor: int | None = MISSING
+    pin_memory: bool = MISSING
+    persistent_workers: bool = MISSING
 
 
 @dataclass
 class DataSchema(LoaderSchema):
-    _target_: str = "segperf.data.datamodule.CarvanaDataModule"
-    height: int = 256
-    width: int = 384
-    holdout_frac: float = 0.2
-    on_bad_sample: str = "raise"
-    cold_cache: bool = False
+    height: int = MISSING
+    width: int = MISSING
+    holdout_frac: float = MISSING
+    on_bad_sample: OnBadSample = MISSING  # type: ignore[valid-type]
+    # the data-pipeline axes: Carvana's own groups set them (data/carvana.yaml's defaults list)
+    decode: Decode = MISSING
+    cache: Cache = MISSING
+    augment: Augment = MISSING
+    cold_cache: bool = MISSING
     synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)
 
 
 @dataclass
 class NetSchema:
-    _target_: str = "segperf.model.UNet"
-    in_channels: int = 3
-    num_classes: int = 2
-    stem_channels: int = 16
-    level_channels: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])
-    upsample: str = "upconv"
+    _target_: str = MISSING
+    in_channels: int = MISSING
+    num_classes: int = MISSING
+    stem_channels: int = MISSING
+    level_channels: list[int] = MISSING
+    # the upsample group, which the U-Net's own defaults list brings (model/unet.yaml)
+    upsample: Upsample = MISSING
 
 
 @dataclass
 class ModelSchema:
-    _target_: str = "segperf.model.SegmentationModule"
+    _target_: str = MISSING
     net: NetSchema = field(default_factory=NetSchema)
-    lr: float = 1e-4
-    memory_format: str = "nchw"
-    compile: bool = False
-    sample_panels: int = 4
+    lr: float = MISSING
+    memory_format: MemoryFormat = MISSING
+    compile: bool = MISSING
+    sample_panels: int = MISSING
 
 
 @dataclass
 class BuiltinDigitsSchema:
-    cache_dir: str = "~/.cache/segperf"
-    train: int = 60000
-    test: int = 10000
-    seed: int = 0
+    cache_dir: str = MISSING
+    train: int = MISSING
+    test: int = MISSING
+    seed: int = MISSING
 
 
 @dataclass
 class MnistSchema(LoaderSchema):
-    _target_: str = "segperf.data.mnist.MnistDataModule"
     builtin: BuiltinDigitsSchema = field(default_factory=BuiltinDigitsSchema)
 
 
 @dataclass
 class CnnNetSchema:
-    _target_: str = "segperf.model.cnn.DigitCNN"
-    in_channels: int = 1
-    num_classes: int = 10
-    channels: list[int] = field(default_factory=lambda: [32, 64])
-    hidden: int = 128
-    dropout: float = 0.25
-    upsample: str = "upconv"  # set by the U-Net's upsample group for every model; only upconv applies
+    _target_: str = MISSING
+    in_channels: int = MISSING
+    num_classes: int = MISSING
+    channels: list[int] = MISSING
+    hidden: int = MISSING
+    dropout: float = MISSING
 
 
 @dataclass
 class CnnSchema:
-    _target_: str = "segperf.model.cnn.ClassificationModule"
+    _target_: str = MISSING
     net: CnnNetSchema = field(default_factory=CnnNetSchema)
-    lr: float = 1e-3
-    memory_format: str = "nchw"
-    compile: bool = False
+    lr: float = MISSING
+    memory_format: MemoryFormat = MISSING
+    compile: bool = MISSING
 
 
 @dataclass
 class TrainerSchema:
-    accelerator: str = "auto"
+    accelerator: Accelerator = MISSING
     devices: Any = 1
     # "ddp" over several devices/nodes (trainer=ddp); "auto": one device
     strategy: str = "auto"
@@ -166,15 +207,15 @@ class TrainSchema:
     val_images: int = MISSING
     batch_size: int = MISSING
     val_every_images: int = MISSING
-    seed: int = 0
-    warmup_steps: int = 2
-    cold_cache: bool = False
+    seed: int = MISSING
+    warmup_steps: int = MISSING
+    cold_cache: bool = MISSING
     # torch's intra-op threads (torch.set_num_threads); null = torch's default (the threads group)
-    num_threads: int | None = None
+    num_threads: int | None = MISSING
     # sweep axis for repeated measurements (`-m repeat=0,1,2`); the report groups repeats
-    repeat: int | None = None
+    repeat: int | None = MISSING
     # a run folder to continue from its last checkpoint (see README, "Interrupting and resuming")
-    resume: str | None = None
+    resume: str | None = MISSING
 
 
 def register_schema() -> None:
@@ -203,7 +244,8 @@ def _positive_int(problems: list[str], name: str, value: Any, hint: str = "") ->
 
 
 def problems_in(cfg: DictConfig) -> list[str]:
-    """Every out-of-range or unknown value in a composed train config, one line each."""
+    """Every out-of-range value in a composed train config, one line each (the schema's types
+    and enums have already refused wrong types and unknown options while composing)."""
     problems: list[str] = []
     data, model = cfg.data, cfg.model
     for name in ("train_images", "val_images", "batch_size", "val_every_images"):
@@ -234,10 +276,6 @@ def problems_in(cfg: DictConfig) -> list[str]:
             f"data.holdout_frac={data.holdout_frac}: must be between 0 and 1 (exclusive): the share of cars "
             "held out for validation, e.g. 0.2"
         )
-    for key, allowed in CHOICES.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT)  # absent: not this workload's key
-        if value is not _ABSENT and value not in allowed:
-            problems.append(f"{key}={value!r}: use one of {', '.join(allowed)}")
     precision = cfg.trainer.precision
     if precision not in PRECISIONS:
         options = ", ".join(f"{name} (precision={group})" for name, group in PRECISIONS.items())
@@ -253,20 +291,11 @@ def problems_in(cfg: DictConfig) -> list[str]:
     if "builtin" in data:
         for split in ("train", "test"):
             _positive_int(problems, f"data.builtin.{split}", data.builtin[split], " (images of the built-in digits)")
-    if "builtin" in data:  # MNIST: the Carvana pipeline's axes have nothing to act on
-        for key, baseline in (("decode", "full"), ("cache", "off"), ("augment", "off")):
-            if data.get(key, baseline) != baseline:
-                problems.append(f"data.{key}={data[key]!r}: applies to data=carvana only; use {key}={baseline} here")
-    if "dropout" in model.get("net", {}) and model.net.get("upsample", "upconv") != "upconv":
-        problems.append(f"model.net.upsample={model.net.upsample!r}: applies to model=unet only; use upsample=upconv")
     if "dropout" in model.get("net", {}) and not 0.0 <= model.net.dropout < 1.0:
         problems.append(f"model.net.dropout={model.net.dropout}: must be >= 0 and < 1, e.g. 0.25")
     if "synthetic" in data and data.synthetic.get("cars", 2) < 2:
         problems.append(f"data.synthetic.cars={data.synthetic.cars}: must be >= 2 (one to train on, one held out)")
     return problems
-
-
-_ABSENT = object()
 
 
 def check_settings(cfg: DictConfig) -> None:

@@ -26,8 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
-AUGMENT_MODES = ("off", "basic")
-
 # The basic set, shared by both implementations.
 FLIP_P = 0.5
 AFFINE_P = 0.5
@@ -35,12 +33,6 @@ SCALE = (0.95, 1.05)  # zoom factor
 SHIFT = 0.05  # translation, fraction of the width/height, either way
 JITTER_P = 0.5
 JITTER = 0.2  # brightness, contrast and saturation factors in [1 - JITTER, 1 + JITTER]
-
-
-def check_augment(augment: str) -> str:
-    if augment not in AUGMENT_MODES:
-        raise ValueError(f"data.augment={augment!r}: use off or basic")
-    return augment
 
 
 def _seed32(seed: int) -> int:

@@ -8,13 +8,13 @@ from typing import Any
 import torch
 from torch.utils.data import SequentialSampler, Subset
 
-from segperf.data.augment import DeviceAugment, HostAugment, check_augment, seed_worker
+from segperf.config import segperf_cache_dir
+from segperf.data.augment import DeviceAugment, HostAugment, seed_worker
 from segperf.data.base import RunDataModule, evenly_spaced
-from segperf.data.cache import DeviceBatches, cache_key, check_cache, get_cache
+from segperf.data.cache import DeviceBatches, cache_key, get_cache
 from segperf.data.checks import apply_policy, check_samples
 from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.dataset import CarvanaDataset
-from segperf.data.decode import check_decode
 from segperf.data.layout import Split, find_samples, split_by_car
 from segperf.data.synthetic import ensure_synthetic
 from segperf.errors import DataSizeError
@@ -32,6 +32,9 @@ class CarvanaDataModule(RunDataModule):
     memory | device, segperf.data.cache; with `device` the loaders are `DeviceBatches`, not
     DataLoaders), `augment` (off | basic, training only, segperf.data.augment) and `cold_cache`
     (drop the data files from the OS page cache in `setup`, segperf.data.cold).
+
+    The settings arrive checked (segperf.schema: the options by their enums while composing,
+    the ranges by check_settings), so the constructor only keeps them.
     """
 
     # seeds each worker, including the augmentation's own generator (segperf.data.augment)
@@ -59,17 +62,6 @@ class CarvanaDataModule(RunDataModule):
         synthetic: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("train_images", train_images),
-            ("val_images", val_images),
-            ("batch_size", batch_size),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r}: must be a positive integer")
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(
-                f"data.num_workers={num_workers!r}: use 0 (main process), a positive count, or workers=auto"
-            )
         self.root = root
         self.height, self.width = height, width
         self.holdout_frac = holdout_frac
@@ -80,11 +72,9 @@ class CarvanaDataModule(RunDataModule):
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
         self.synthetic = dict(synthetic or {})
-        if on_bad_sample not in ("raise", "skip"):
-            raise ValueError(f"data.on_bad_sample={on_bad_sample!r}: use 'raise' (stop, listing the files) or 'skip'")
         self.on_bad_sample = on_bad_sample
         # the data-pipeline axes: segperf.data.decode, .cache, .augment and .cold
-        self.decode, self.cache, self.augment = check_decode(decode), check_cache(cache), check_augment(augment)
+        self.decode, self.cache, self.augment = decode, cache, augment
         self.cold_cache = cold_cache
         self.page_cache: PageCache = warm()
         self.skipped: list[dict[str, str]] = []
@@ -95,7 +85,7 @@ class CarvanaDataModule(RunDataModule):
         if self.root is not None:
             return Path(self.root).expanduser()
         options = dict(self.synthetic)
-        return ensure_synthetic(options.pop("cache_dir", "~/.cache/segperf"), **options)
+        return ensure_synthetic(options.pop("cache_dir", None) or segperf_cache_dir(), **options)
 
     def prepare_data(self) -> None:
         # rank 0 only: generate the built-in data once, before any rank reads it

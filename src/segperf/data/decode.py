@@ -25,14 +25,6 @@ from PIL import Image
 
 from segperf.data.layout import Sample
 
-DECODE_MODES = ("full", "reduced")
-
-
-def check_decode(decode: str) -> str:
-    if decode not in DECODE_MODES:
-        raise ValueError(f"data.decode={decode!r}: use full or reduced")
-    return decode
-
 
 def decode_image(path: Path, size: tuple[int, int], decode: str = "full") -> np.ndarray:
     """RGB uint8 [H, W, 3] at `size` (PIL's (width, height) order)."""

@@ -21,10 +21,7 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the usual Normalize((0.1307,), (0.3081
 
 class DigitCNN(nn.Module):
     """`len(channels)` blocks of 3x3 conv (no bias: batch norm follows) -> BatchNorm -> ReLU ->
-    2x2 max-pool, then Linear(hidden) -> ReLU -> Dropout -> Linear(num_classes).
-
-    `upsample` is the U-Net's axis, set by its group for every model; only its baseline is
-    accepted (a CNN classifier upsamples nothing)."""
+    2x2 max-pool, then Linear(hidden) -> ReLU -> Dropout -> Linear(num_classes)."""
 
     def __init__(
         self,
@@ -33,11 +30,8 @@ class DigitCNN(nn.Module):
         channels: list[int] | tuple[int, ...] = (32, 64),
         hidden: int = 128,
         dropout: float = 0.25,
-        upsample: str = "upconv",
     ) -> None:
         super().__init__()
-        if upsample != "upconv":
-            raise ValueError(f"model.net.upsample={upsample!r}: applies to model=unet only; use upsample=upconv")
         if SIDE % 2 ** len(channels):
             raise ValueError(f"model.net.channels={list(channels)}: {SIDE} px must halve exactly at every block")
         layers: list[nn.Module] = []
@@ -100,8 +94,6 @@ class ClassificationModule(L.LightningModule):
 
     def __init__(self, net: DigitCNN, lr: float = 1e-3, memory_format: MemoryFormat = "nchw", compile: bool = False):
         super().__init__()
-        if memory_format not in ("nchw", "channels_last"):
-            raise ValueError(f"model.memory_format={memory_format!r}: use 'nchw' or 'channels_last'")
         self.save_hyperparameters(ignore=["net"], logger=False)
         self.net, self.lr, self.memory_format = net, lr, memory_format
         if memory_format == "channels_last":

@@ -34,8 +34,6 @@ class SegmentationModule(L.LightningModule):
         sample_panels: int = 4,
     ) -> None:
         super().__init__()
-        if memory_format not in ("nchw", "channels_last"):
-            raise ValueError(f"model.memory_format={memory_format!r}: use 'nchw' or 'channels_last'")
         # logged to TensorBoard once at the end, with the run's outcome (segperf.training.run.log_hparams)
         self.save_hyperparameters(ignore=["net"], logger=False)
         self.net = net
