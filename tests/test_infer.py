@@ -11,11 +11,13 @@ import sys
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 
 import segperf.inference.run as infer_module
 from segperf.config import CONFIG_DIR
 from segperf.inference import InferenceError, benchmark, load_net
 from segperf.inference.run import infer
+from segperf.inference.runtimes import OnnxRuntime, TorchRuntime
 from segperf.training.run import train
 from tests.conftest import TINY, compose_config
 
@@ -110,7 +112,7 @@ def test_a_dtype_the_device_cannot_run_falls_back_to_fp32_with_a_notice(tiny_run
     assert results["adjusted"]["precision"] == {
         "requested": "16-mixed",
         "used": "32-true",
-        "why": "no float16 conv kernel",
+        "reason": "no float16 conv kernel",
     }
     assert results["inference"]["weights_dtype"] == "float32"
     assert len(results["notices"]) == 1 and "fp32" in results["notices"][0]
@@ -159,11 +161,62 @@ def test_missing_and_foreign_checkpoints_are_named_in_the_error(tmp_path):
         run(tmp_path / "b")
 
 
+class CountingRuntime(TorchRuntime):
+    """A runtime from outside segperf, named by its `_target_`: torch's runner, counting forwards."""
+
+    forwards = 0
+
+    def build(self, job):
+        built = super().build(job)
+        forward = built.runner.forward
+
+        def counted(x):
+            CountingRuntime.forwards += 1
+            return forward(x)
+
+        built.runner.forward = counted
+        return built
+
+
+def test_runtimes_are_built_from_their_config_with_its_options():
+    torch_runtime = instantiate(infer_config("runtime=torch").runtime)
+    assert type(torch_runtime) is TorchRuntime and torch_runtime.name == "torch"
+    providers = "runtime.providers=[CPUExecutionProvider]"
+    onnx = instantiate(infer_config("runtime=onnxruntime", "runtime.min_agreement=0.5", providers).runtime)
+    assert type(onnx) is OnnxRuntime and onnx.name == "onnxruntime"
+    assert (onnx.min_agreement, onnx.providers) == (0.5, ["CPUExecutionProvider"])
+
+
+def test_any_runtime_class_named_by_target_is_what_runs(tiny_run, tmp_path):
+    CountingRuntime.forwards = 0
+    target = f"runtime._target_={__name__}.CountingRuntime"
+    results = run(tmp_path, f"run_dir={tiny_run}", target, "runtime.name=counting", *SMALL)
+    assert results["status"] == "completed" and results["axes"]["runtime"] == "counting"
+    assert CountingRuntime.forwards == 2  # one batch of 2 images, end-to-end and model-only
+    assert results["quality"]["agreement_vs_fp32"] == 1.0
+
+
+def test_a_runtime_config_without_a_target_is_refused_in_one_line(tiny_run, tmp_path):
+    with pytest.raises(InferenceError, match="runtime='torch': use runtime=torch or runtime=onnxruntime"):
+        run(tmp_path, f"run_dir={tiny_run}", "~runtime._target_", *SMALL)
+    assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
+
+
 def test_onnxruntime_exports_the_model_and_agrees_with_torch(tiny_run, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    results = run(tmp_path, f"run_dir={tiny_run}", "runtime=onnxruntime", *SMALL)
-    assert results["status"] == "completed"
+    settings = ["memory_format=channels_last", "compile=on"]  # neither applies to onnxruntime: said, recorded
+    results = run(tmp_path, f"run_dir={tiny_run}", "runtime=onnxruntime", *settings, *SMALL)
+    assert results["status"] == "completed" and results["axes"]["runtime"] == "onnxruntime"
+    assert {k: (v["requested"], v["used"]) for k, v in results["adjusted"].items()} == {
+        "compile": (True, False),
+        "memory_format": ("channels_last", "nchw"),
+    }
+    assert all(v.keys() == {"requested", "used", "reason"} and v["reason"] for v in results["adjusted"].values())
+    assert results["notices"] == [
+        "model.compile does not apply to onnxruntime (NCHW, own graph)",
+        "model.memory_format does not apply to onnxruntime (NCHW, own graph)",
+    ]
     assert (tmp_path / "model.onnx").is_file() and results["onnx"]["path"] == str(tmp_path / "model.onnx")
     assert results["onnx"]["agreement"] >= 0.99 and results["onnx"]["max_abs_diff"] < 1e-3
     assert "CPUExecutionProvider" in results["onnx"]["providers"]

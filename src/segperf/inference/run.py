@@ -2,7 +2,8 @@
 
 The seed study's inference side: a trained fp32 checkpoint, its weights cast to the dtype of the
 `precision` group (fp32 / bf16 / fp16), run over the validation split with the training axes
-(workers, prefetch, pin, memory_format, compile) and a runtime (torch or onnxruntime). Measures
+(workers, prefetch, pin, memory_format, compile) and a runtime (the `runtime` group: a class of
+segperf.inference.runtimes, torch or onnxruntime, builds what the benchmark times). Measures
 end-to-end and model-only images/s, and what the cast costs in quality: accuracy against the
 masks and agreement with the fp32 model's own predictions. Sweeps with -m like training.
 """
@@ -19,18 +20,17 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.config import plain_config
-from segperf.inference import benchmark, onnx_export
+from segperf.inference import benchmark, runtimes
 from segperf.inference.checkpoint import (
     DTYPE_NAMES,
     PRECISION_OF,
-    InferenceError,
     load_net,
     probe_dtype,
     resolve_source,
     weights_dtype,
 )
+from segperf.inference.summary import adjust, format_summary, note
 from segperf.perf.results import record_failure, write_json_atomic
-from segperf.training.trainer import precision_notice
 
 # what a training run's config decides about the data, adopted with run_dir unless given explicitly
 RUN_DATA_KEYS = ("root", "height", "width", "holdout_frac", "synthetic", "decode")
@@ -50,11 +50,12 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         if train_config:
             adopt_run_data(cfg, train_config.get("data", {}), keep)
         results["config"] = plain_config(cfg)
+        runtime = runtimes.from_config(cfg.runtime)
         device = pick_device(cfg.device)
         start = time.perf_counter()
         reference = load_net(path)  # fp32, CPU; load_s: read, rebuild, dtype probe, cast and move
         reference.check_input_size(cfg.data.height, cfg.data.width)
-        dtype = usable_dtype(cfg, reference.config, device, results)
+        dtype = usable_dtype(cfg, runtime, reference.config, device, results)
         net = copy.deepcopy(reference).to(device, dtype)
         load_s = time.perf_counter() - start
 
@@ -65,20 +66,24 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         results["dataset"] = {**datamodule.summary(), "val_images_used": datamodule.val_images}
         loader = datamodule.val_dataloader()
 
-        if cfg.runtime.name == "onnxruntime":
-            runner, dtype = onnx_runner(cfg, net, reference, dtype, device, out_dir, loader, results)
-        elif cfg.runtime.name == "torch":
-            if cfg.model.memory_format == "channels_last":
-                net = net.to(memory_format=torch.channels_last)
-            if cfg.model.compile:
-                net.compile()  # lazily, at the first warm-up batch
-            runner = benchmark.TorchRunner(net, device, dtype, cfg.model.memory_format, cfg.data.pin_memory)
-        else:
-            raise InferenceError(f"runtime={cfg.runtime.name!r}: use runtime=torch or runtime=onnxruntime")
-
-        m = benchmark.measure(runner, loader, cfg.warmup_batches, cfg.passes)
-        plain = cfg.runtime.name == "torch" and dtype == torch.float32
-        if plain and cfg.model.memory_format == "nchw" and not cfg.model.compile:
+        built = runtime.build(
+            runtimes.Job(
+                net=net,
+                reference=reference,
+                dtype=dtype,
+                device=device,
+                memory_format=cfg.model.memory_format,
+                compile=cfg.model.compile,
+                pin_memory=cfg.data.pin_memory,
+                precision=cfg.trainer.precision,
+                batch_size=cfg.batch_size,
+                loader=loader,
+                out_dir=out_dir,
+                results=results,
+            )
+        )
+        m = benchmark.measure(built.runner, loader, cfg.warmup_batches, cfg.passes)
+        if built.is_fp32_reference:
             fp32_preds = m.preds  # this run is the fp32 reference
         else:
             fp32_runner = benchmark.TorchRunner(reference.to(device), device, torch.float32, "nchw", False)
@@ -88,7 +93,7 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
             "warmup_batches": m.warmup_batches,
             "warmup_s": m.warmup_s,
             "load_s": load_s,
-            "weights_dtype": DTYPE_NAMES[dtype],
+            "weights_dtype": DTYPE_NAMES[built.dtype],
             "device": str(device),
             "batch_size": cfg.batch_size,
             "checkpoint": str(path),
@@ -137,76 +142,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def adjust(results: dict[str, Any], key: str, requested: Any, used: Any, notice: str, why: str = "") -> None:
-    """Record a setting that could not be honoured: never silently."""
-    results["adjusted"][key] = {"requested": requested, "used": used, **({"why": why} if why else {})}
-    results["notices"].append(notice)
-    print(f"segperf: note: {notice}")
-
-
-def usable_dtype(cfg: DictConfig, net_config: dict, device: torch.device, results: dict) -> torch.dtype:
+def usable_dtype(
+    cfg: DictConfig, runtime: runtimes.Runtime, net_config: dict, device: torch.device, results: dict
+) -> torch.dtype:
     """The requested weight dtype if a tiny forward in it works on `device`, else fp32 (recorded)."""
     dtype = weights_dtype(cfg.trainer.precision)
-    why = probe_dtype(net_config, dtype, device, cfg.model.memory_format == "channels_last")
-    if why is not None:
+    reason = probe_dtype(net_config, dtype, device, cfg.model.memory_format == "channels_last")
+    if reason is not None:
         notice = f"{DTYPE_NAMES[dtype]} weights do not run on {device} in this torch build: cast to fp32 instead"
-        adjust(results, "precision", cfg.trainer.precision, PRECISION_OF[torch.float32], notice, why)
+        adjust(results, "precision", cfg.trainer.precision, PRECISION_OF[torch.float32], notice, reason)
         return torch.float32
-    if cfg.runtime.name == "torch" and (notice := precision_notice(cfg.trainer.precision, device.type)):
-        results["notices"].append(notice)
-        print(f"segperf: note: {notice}")
+    if notice := runtime.dtype_notice(cfg.trainer.precision, device):
+        note(results, notice)
     return dtype
-
-
-def onnx_runner(cfg, net, reference, dtype, device, out_dir: Path, loader, results: dict):
-    """Export the cast net to out_dir/model.onnx, open it in ONNX Runtime, check it against torch."""
-    ort = onnx_export.require_onnxruntime()
-    for key, ignored in (("compile", cfg.model.compile), ("memory_format", cfg.model.memory_format != "nchw")):
-        if ignored:
-            used = False if key == "compile" else "nchw"
-            adjust(results, key, cfg.model[key], used, f"model.{key} does not apply to onnxruntime (NCHW, own graph)")
-    image = next(iter(loader))[0]
-    example = torch.rand(max(2, cfg.batch_size), 3, cfg.data.height, cfg.data.width, device=device).to(dtype)
-    provider_list = onnx_export.providers(ort, device, cfg.runtime.get("providers"))
-    path = out_dir / "model.onnx"
-    try:
-        runner = onnx_export.OrtRunner(ort, onnx_export.export(net, example, path), dtype, provider_list)
-        runner.forward(runner.prepare(image[:1]))
-    except (InferenceError, TypeError, RuntimeError) as error:
-        if dtype == torch.float32:
-            raise
-        notice = f"onnxruntime ({', '.join(provider_list)}) cannot run {DTYPE_NAMES[dtype]} weights: exported fp32"
-        adjust(results, "precision", cfg.trainer.precision, PRECISION_OF[torch.float32], notice, str(error).strip())
-        dtype, net = torch.float32, copy.deepcopy(reference).to(device)
-        runner = onnx_export.OrtRunner(ort, onnx_export.export(net, example.float(), path), dtype, provider_list)
-    torch_runner = benchmark.TorchRunner(net, device, dtype, "nchw", False)
-    check = onnx_export.compare(runner, torch_runner, image, cfg.runtime.min_agreement)
-    results["onnx"] = {"path": str(path), "providers": runner.providers, **check}
-    return runner, dtype
-
-
-def format_summary(results: dict[str, Any]) -> str:
-    """A few lines for the terminal; results.json has everything."""
-    a, inf, q = results["axes"], results["inference"], results["quality"]
-    lines = ["=" * 72, f"Inference: {results['status']}"]
-    if "error" in results:
-        lines.append(f"  error        {results['error']}")
-    if inf:
-        lines += [
-            f"  checkpoint   {inf['checkpoint']} on {inf['device']}, load {inf['load_s']:.2f} s",
-            f"  weights      {inf['weights_dtype']} (precision={a['precision']}), runtime {a['runtime']}, "
-            f"memory_format {a['memory_format']}, compile {a['compile']}, workers {a['workers']}, pin {a['pin']}",
-            f"  end-to-end   {inf['end_to_end_images_per_s']:8.2f} images/s  ({inf['images']} images in "
-            f"{inf['wall_s']:.2f} s, loading included; {inf['warmup_batches']} warm-up batches excluded)",
-            f"  model-only   {inf['model_images_per_s']:8.2f} images/s  ({inf['model_passes']} pass(es), "
-            f"{inf['model_wall_s']:.2f} s, inputs already on the device)",
-        ]
-    if q:
-        lines += [
-            f"  vs masks     pixel accuracy {q['val_pixel_accuracy']:.4f}, Dice {q['val_dice']:.4f}",
-            f"  vs fp32      pixel agreement {q['agreement_vs_fp32']:.4%}, Dice {q['dice_vs_fp32']:.4f}",
-        ]
-    if onnx := results.get("onnx"):
-        lines.append(f"  onnx         max |logit diff| {onnx['max_abs_diff']:.3g}, agreement {onnx['agreement']:.4%}")
-    lines += [f"  note: {n}" for n in results["notices"]]
-    return "\n".join([*lines, "=" * 72]) + "\n"
