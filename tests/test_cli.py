@@ -53,6 +53,28 @@ def test_an_unknown_option_is_refused_with_the_available_choices(tmp_path):
     assert "workers" in done.stderr and "auto" in done.stderr and "off" in done.stderr
 
 
+def test_an_unknown_value_of_a_fixed_choice_setting_is_refused_while_composing_with_the_valid_ones(tmp_path):
+    done = run_cli(["data.cache=disk", "--cfg", "job"], cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Invalid value 'disk', expected one of [off, memory, device]" in done.stderr
+    assert "full_key: data.cache" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "model=cnn data=mnist size=mnist",
+        "model=cnn data=mnist size=mnist batch_size=512 data.num_workers=4",
+        "model=cnn data=mnist size=mnist_demo profile=counters",
+    ],
+)
+def test_the_readmes_cpu_study_commands_compose_without_unet_or_carvana_keys(tmp_path, command):
+    config = cli_config(command.split(), tmp_path)
+    assert config["data"]["_target_"].endswith("MnistDataModule")
+    assert not {"decode", "cache", "augment"} & config["data"].keys()
+    assert "upsample" not in config["model"]["net"]
+
+
 def test_train_command_on_a_data_folder_writes_results_that_tensorboard_reads(tmp_path, tiny_carvana):
     done = run_cli([*TINY, f"data.root={tiny_carvana}", "hydra.run.dir=outputs/run"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
