@@ -106,9 +106,13 @@ def test_unet_and_carvana_only_axes_are_refused_for_the_cnn_while_composing(axis
         compose_config("model=cnn", "data=mnist", axis)
 
 
-def test_a_cnn_range_problem_is_named_with_what_is_allowed():
-    cfg = compose_config("model=cnn", "data=mnist", "model.net.dropout=1.0")
-    assert problems_in(cfg) == ["model.net.dropout=1.0: must be >= 0 and < 1, e.g. 0.25"]
+def test_cnn_range_problems_are_named_with_what_is_allowed():
+    cfg = compose_config("model=cnn", "data=mnist", "model.net.dropout=1.0", "model.net.channels=[8,16,32]")
+    assert problems_in(cfg) == [
+        "model.net.dropout=1.0: must be >= 0 and < 1, e.g. 0.25",
+        "model.net.channels=[8, 16, 32]: each block halves the 28x28 digits, which must halve exactly: "
+        "at most 2 blocks, e.g. [32, 64]",
+    ]
 
 
 @pytest.mark.slow

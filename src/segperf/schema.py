@@ -76,6 +76,7 @@ OnBadSample = Choice("OnBadSample", [("raise", "raise"), ("skip", "skip")], modu
 # enum by its member names, and Lightning's names ("32-true", "bf16-mixed") are not Python
 # identifiers, so an enum would make users type other names than Lightning's.
 PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+DIGIT_SIDE = 28  # MNIST's image side (segperf.data.digits.SIDE; not imported: it pulls in torch)
 
 
 @dataclass
@@ -293,6 +294,11 @@ def problems_in(cfg: DictConfig) -> list[str]:
             _positive_int(problems, f"data.builtin.{split}", data.builtin[split], " (images of the built-in digits)")
     if "dropout" in model.get("net", {}) and not 0.0 <= model.net.dropout < 1.0:
         problems.append(f"model.net.dropout={model.net.dropout}: must be >= 0 and < 1, e.g. 0.25")
+    if "dropout" in model.get("net", {}) and DIGIT_SIDE % 2 ** len(model.net.channels):
+        problems.append(
+            f"model.net.channels={list(model.net.channels)}: each block halves the {DIGIT_SIDE}x{DIGIT_SIDE} "
+            "digits, which must halve exactly: at most 2 blocks, e.g. [32, 64]"
+        )
     if "synthetic" in data and data.synthetic.get("cars", 2) < 2:
         problems.append(f"data.synthetic.cars={data.synthetic.cars}: must be >= 2 (one to train on, one held out)")
     return problems

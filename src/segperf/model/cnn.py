@@ -32,8 +32,6 @@ class DigitCNN(nn.Module):
         dropout: float = 0.25,
     ) -> None:
         super().__init__()
-        if SIDE % 2 ** len(channels):
-            raise ValueError(f"model.net.channels={list(channels)}: {SIDE} px must halve exactly at every block")
         layers: list[nn.Module] = []
         previous = in_channels
         for width in channels:
