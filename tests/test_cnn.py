@@ -49,7 +49,7 @@ def test_the_cnn_is_the_seeds_conv_batchnorm_relu_pool_then_dropout_classifier()
     for kind in ("Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "Linear", "Dropout"):
         assert kind in kinds
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
-    assert "(64, 7, 7)" in net.describe()
+    assert "(64, 7, 7)" in net.describe(28, 28)
 
 
 def test_size_mnist_is_the_seeds_run_and_batch_size_stays_sweepable():

@@ -179,10 +179,15 @@ def test_compile_on_compiles_the_net_in_place_keeping_checkpoint_keys(tiny_cfg):
 @pytest.mark.parametrize("option,expected", [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
 def test_precision_reaches_the_trainer_as_asked_even_fp16_on_cpu(tiny_cfg, option, expected, tmp_path):
     cfg = tiny_cfg(f"precision={option}", "trainer.accelerator=cpu")
-    trainer = build_trainer(
-        dict(cfg.trainer), val_every_images=4, batch_size=4, logger=False, default_root_dir=tmp_path
-    )
+    trainer = build_trainer(cfg.trainer, logger=False, default_root_dir=tmp_path)
     assert trainer.precision == expected
+
+
+@pytest.mark.parametrize("every,batch,interval", [(4, 4, 1), (10, 4, 2), (14, 4, 4), (1, 8, 1)])
+def test_validation_runs_every_val_every_images_rounded_to_whole_batches(tiny_cfg, every, batch, interval):
+    cfg = tiny_cfg(f"val_every_images={every}", f"batch_size={batch}")
+    assert cfg.trainer.val_check_interval == interval
+    assert build_trainer(cfg.trainer, logger=False).val_check_interval == interval
 
 
 def test_reduced_precision_on_a_cpu_without_native_support_gets_a_notice():

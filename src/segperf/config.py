@@ -55,6 +55,15 @@ def half_cores_per_rank(devices: Any = 1) -> int:
     return max(1, cores_per_rank(devices) // 2)
 
 
+def whole_batches(images: Any, batch_size: Any) -> Any:
+    """`${whole_batches:${val_every_images},${batch_size}}`: training batches between validations,
+    `images` rounded to whole batches (at least one). Values the schema will refuse pass through
+    untouched, so that check_settings names the setting instead of this resolver failing."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (images, batch_size)):
+        return images
+    return max(1, round(images / batch_size))
+
+
 def register_resolvers() -> None:
     """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all),
     `${half_cores_per_rank:${trainer.devices}}` (threads=half), `${device_count:...}` and
@@ -63,6 +72,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cores_per_rank", cores_per_rank)
     if not OmegaConf.has_resolver("half_cores_per_rank"):
         OmegaConf.register_new_resolver("half_cores_per_rank", half_cores_per_rank)
+    if not OmegaConf.has_resolver("whole_batches"):  # trainer.val_check_interval from the run size
+        OmegaConf.register_new_resolver("whole_batches", whole_batches)
     if not OmegaConf.has_resolver("device_count"):  # hydra/launcher=slurm: GPUs per node from trainer.devices
         OmegaConf.register_new_resolver("device_count", device_count)
     if not OmegaConf.has_resolver("segperf_cache_dir"):  # `${segperf_cache_dir:}`: the built-in data's folder

@@ -175,27 +175,36 @@ class CnnSchema:
 
 @dataclass
 class TrainerSchema:
+    """Types of the Trainer's arguments segperf sets; the values live in conf/trainer/*.yaml."""
+
+    _target_: str = MISSING
     accelerator: Accelerator = MISSING
-    devices: Any = 1
-    # "ddp" over several devices/nodes (trainer=ddp); "auto": one device
-    strategy: str = "auto"
-    num_nodes: int = 1
-    precision: str = "32-true"
-    num_sanity_val_steps: int = 0
-    log_every_n_steps: int = 5
-    enable_progress_bar: bool = True
-    enable_model_summary: bool = True
-    deterministic: Any = False
-    benchmark: bool | None = None
+    devices: Any = MISSING
+    strategy: str = MISSING
+    num_nodes: int = MISSING
+    precision: str = MISSING
+    max_epochs: int = MISSING
+    val_check_interval: int = MISSING
+    check_val_every_n_epoch: int | None = MISSING
+    use_distributed_sampler: bool = MISSING
+    num_sanity_val_steps: int = MISSING
+    log_every_n_steps: int = MISSING
+    enable_progress_bar: bool = MISSING
+    enable_model_summary: bool = MISSING
+    deterministic: Any = MISSING
+    benchmark: bool | None = MISSING
+
+
+@dataclass
+class PathsSchema:
+    # the run folder (Hydra's output dir; train() sets it to the folder it is given)
+    output_dir: str | None = MISSING  # None only where Hydra has no run folder (`--cfg job --resolve`)
 
 
 @dataclass
 class PerfSchema:
-    measure: bool = True
-    sample_interval_s: float = 0.05
-    ops_steps: int = 0
-    # perf stat hardware counters over the training steps after warm-up (profile=counters)
-    counters: bool = False
+    measure: bool = MISSING
+    sample_interval_s: float = MISSING
 
 
 @dataclass
@@ -205,6 +214,9 @@ class TrainSchema:
     data: Any = MISSING
     model: Any = MISSING
     trainer: TrainerSchema = field(default_factory=TrainerSchema)
+    # the Lightning callbacks by name, each with its `_target_` (the callbacks and profile groups)
+    callbacks: dict[str, Any] = field(default_factory=dict)
+    paths: PathsSchema = field(default_factory=PathsSchema)
     perf: PerfSchema = field(default_factory=PerfSchema)
     train_images: int = MISSING
     val_images: int = MISSING
@@ -285,8 +297,6 @@ def problems_in(cfg: DictConfig) -> list[str]:
         problems.append(f"trainer.precision={precision!r}: use one of {options}")
     if cfg.perf.sample_interval_s <= 0:
         problems.append(f"perf.sample_interval_s={cfg.perf.sample_interval_s}: must be > 0 seconds, e.g. 0.05")
-    if cfg.perf.ops_steps < 0:
-        problems.append(f"perf.ops_steps={cfg.perf.ops_steps}: must be >= 0 (0 = no operator profile)")
     if model.get("lr", 1.0) <= 0:
         problems.append(f"model.lr={model.lr}: must be > 0, e.g. 1e-4")
     if cfg.get("num_threads") is not None:

@@ -63,8 +63,14 @@ class DigitCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
 
-    def describe(self) -> str:
+    def check_input_size(self, height: int, width: int) -> None:
+        """The fully connected layers are sized for MNIST's 28x28 digits."""
+        if (height, width) != (SIDE, SIDE):
+            raise ValueError(f"the digit CNN takes {SIDE}x{SIDE} images; got {height}x{width}")
+
+    def describe(self, height: int = SIDE, width: int = SIDE) -> str:
         """One line per block with its (C, H, W) output, as the U-Net's summary does per level."""
+        self.check_input_size(height, width)
         lines = [f"Defined a CNN of {len(self.config['channels'])} conv blocks on {SIDE}x{SIDE} images."]
         side = SIDE
         for block, width in enumerate(self.config["channels"]):

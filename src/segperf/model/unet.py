@@ -91,6 +91,10 @@ class UNet(nn.Module):
                 f"Set data.height and data.width to multiples of {self.divisor}, e.g. 256 and 384."
             )
 
+    def describe(self, height: int, width: int) -> str:
+        """The seed study's model summary for a `height` x `width` input (see `describe`)."""
+        return describe(self, height, width)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input_size(x.shape[-2], x.shape[-1])
         x = self.stem(x)

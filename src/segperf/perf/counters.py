@@ -152,6 +152,10 @@ class HardwareCounters(L.Callback):
             first = next((line.strip() for line in (stderr or "").splitlines() if line.strip()), "")
             self.result["reason"] = f"perf stat failed (exit {proc.returncode}): {first or 'no message'}"
 
+    def record(self, results: dict[str, Any]) -> None:
+        """results.json's `counters` section, whatever happened to the run."""
+        results["counters"] = self.finish()
+
     def finish(self) -> dict[str, Any]:
         """The `counters` section, also when training ended before warm-up did or failed."""
         self._stop()

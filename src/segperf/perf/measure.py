@@ -43,14 +43,13 @@ class TimedTensorBoardLogger(TensorBoardLogger):
 
 
 class RunMeasurement:
-    def __init__(
-        self, run_dir: Path, warmup_steps: int = 2, sample_interval_s: float = 0.05, enabled: bool = True
-    ) -> None:
-        """`enabled=False` keeps only what throughput needs (a few host timestamps per batch), so
-        that a run with and without the measurement shows what the measurement costs."""
+    def __init__(self, run_dir: Path, clock: PhaseClock, sample_interval_s: float = 0.05, enabled: bool = True) -> None:
+        """`clock`: the run's PhaseClock callback (the callbacks group). `enabled=False` keeps only
+        what throughput needs (a few host timestamps per batch), so that a run with and without
+        the measurement shows what the measurement costs."""
         self.enabled = enabled
         self.profiler = PhaseProfiler(dirpath=str(run_dir), filename="lightning-profile") if enabled else None
-        self.clock = PhaseClock(warmup_steps=warmup_steps, device_events=enabled)
+        self.clock = clock
         gpu_index = sampled_gpu() if torch.cuda.is_available() else None
         self.sampler = ResourceSampler(interval_s=sample_interval_s, gpu_index=gpu_index) if enabled else None
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)

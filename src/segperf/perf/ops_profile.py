@@ -21,12 +21,17 @@ from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
 class OperatorProfile(L.Callback):
     def __init__(self, run_dir: str | Path, steps: int = 3, skip_steps: int = 2, row_limit: int = 15) -> None:
         if steps < 1:
-            raise ValueError(f"perf.ops_steps={steps}: profile at least 1 step (or use profile=off)")
+            raise ValueError(f"callbacks.operator_profile.steps={steps}: profile at least 1 step (or use profile=off)")
         self.trace_dir = Path(run_dir) / "ops"
         self.steps, self.skip_steps, self.row_limit = steps, skip_steps, row_limit
         self.seen = self.profiled = 0
         self._profiler: profile | None = None
         self.result: dict[str, Any] | None = None
+
+    def record(self, results: dict[str, Any]) -> None:
+        """results.json's `ops` section (none when training ended before the profiled steps)."""
+        if self.result is not None:
+            results["ops"] = self.result
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         # rank 0 only under DDP: one trace folder per run (the ranks run the same operators)

@@ -1,0 +1,211 @@
+"""The run's record: results.json and summary.txt whatever happens.
+
+`RunRecord` is the bookkeeping around the recipe in segperf.training.run, as the
+lightning-hydra-template's `task_wrapper` is around its `train()`: the recipe builds things and
+hands them over (`record.measurement = ...`, `record.trainer = ...`), and on leaving the `with`
+block the record says how the run ended (completed, interrupted by Ctrl-C or SIGTERM, failed with
+its error), fills in what was measured from whatever got built, and writes the files — once, on
+rank 0, atomically. The exception itself goes on to the command line, which turns it into one
+line for the user.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from segperf.config import plain_config
+from segperf.errors import explain, is_worker_error
+from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
+from segperf.perf.summary import format_run_summary
+from segperf.schema import check_settings
+from segperf.training.adapt import adapt_to_machine, adjustment_notice
+from segperf.training.checkpoints import InterruptCheckpoint, Terminated, TerminateOutsideTraining
+from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks
+from segperf.training.resume import resume_checkpoint, resume_command
+
+# what results.json's `quality` holds for a module that does not say (the U-Net's metrics)
+SEGMENTATION_QUALITY = ("val/pixel_accuracy", "val/dice", "val/loss")
+
+
+class RunRecord:
+    """`with RunRecord(cfg, run_dir) as record:` around one training run; see the module doc."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
+        self.results["config"] = plain_config(cfg)
+        self.results["axes"] = axis_settings(self.results["config"])
+        self.measurement = self.datamodule = self.module = self.trainer = None
+        self.callbacks: list[L.Callback] = []
+        self.ckpt_path: Path | None = None
+        self._job: DistributedJob | None = None
+
+    def __enter__(self) -> RunRecord:
+        return self
+
+    def prepare(self) -> DictConfig:
+        """Every bad value at once, before any work; then what this machine cannot do, and the
+        checkpoint to resume from. Returns the plain config the run reads from here on."""
+        cfg = OmegaConf.create(self.results["config"])  # plain: the schema has done its job
+        check_settings(cfg)
+        self.results["adjusted"] = adapt_to_machine(cfg)
+        self.ckpt_path = resume_checkpoint(self.run_dir) if cfg.resume else None
+        for setting, change in self.results["adjusted"].items():
+            self.notice(adjustment_notice(setting, change))
+        if self.ckpt_path is not None:
+            self.results["resumed"] = {"checkpoint": str(self.ckpt_path)}
+            print(f"segperf: resuming {self.run_dir} from {self.ckpt_path.name}")
+        self._job = DistributedJob()
+        return cfg
+
+    def use_callbacks(self, callbacks: list[L.Callback]) -> list[L.Callback]:
+        """The run's callbacks; the SIGTERM guard among them is armed from now until the end."""
+        self.callbacks = callbacks
+        for callback in callbacks:
+            if isinstance(callback, TerminateOutsideTraining):
+                callback.install()
+        return callbacks
+
+    def notice(self, text: str) -> None:
+        """Said once, when it happens, and kept in results.json (and summary.txt's notes)."""
+        print(f"segperf: note: {text}")
+        self.results["notices"].append(text)
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        results = self.results
+        if self._job is None:  # stopped before any work (a bad setting, a missing checkpoint)
+            if error is not None:
+                record_failure(results, error)
+            if not (self.run_dir / "results.json").exists():  # never overwrite an earlier run's record (resume=)
+                write_json_atomic(self.run_dir / "results.json", results)
+            return False
+        stopped_by = next((c.signal for c in self.callbacks if isinstance(c, InterruptCheckpoint)), None)
+        if error is None:
+            results["status"] = "completed"
+        elif stopped_by is not None:  # Lightning caught Ctrl-C / SIGTERM and saved a checkpoint
+            results.update(status="interrupted", error=f"interrupted by {stopped_by}", interrupted_by=stopped_by)
+        else:
+            record_failure(results, error)
+            if isinstance(error, Terminated):  # before the trainer ran
+                results["error"], results["interrupted_by"] = "interrupted by SIGTERM", "SIGTERM"
+            if is_worker_error(error):
+                results["error"] = explain(error)  # the file, not the worker's traceback
+        for callback in self.callbacks:
+            if isinstance(callback, TerminateOutsideTraining):
+                callback.uninstall()
+        if self.measurement is not None:
+            self.measurement.finish(results, self.trainer, self.module)
+        for callback in self.callbacks:  # profile=ops, profile=counters: their sections
+            if hasattr(callback, "record"):
+                callback.record(results)
+        self._fill_in()
+        self._write()
+        # Lightning turns a handled Ctrl-C into SystemExit: the run is recorded, nothing to raise
+        return isinstance(error, SystemExit) and stopped_by is not None
+
+    def _fill_in(self) -> None:
+        """What the run did, from whatever got built before it ended."""
+        results, cfg, trainer, module = self.results, self.results["config"], self.trainer, self.module
+        if self.datamodule is not None and self.datamodule.split is not None:
+            results["dataset"] = self.datamodule.summary()
+        if module is not None and module.compile_fallback:
+            change = {
+                "requested": True,
+                "used": False,
+                "reason": f"torch.compile failed at its first call: {module.compile_fallback}",
+            }
+            results["adjusted"]["model.compile"] = change
+            results["notices"].append(adjustment_notice("model.compile", change))
+        if trainer is None:
+            return
+        world = trainer.world_size  # under DDP each rank trains on train_images // world (segperf.data.base)
+        per_rank, batch_size = cfg["train_images"] // world, cfg["batch_size"]
+        results["progress"] = {
+            "steps_done": trainer.global_step,
+            "steps_total": -(-per_rank // batch_size),
+            "images_done": min(trainer.global_step * batch_size, per_rank) * world,
+            "images_total": per_rank * world,
+        }
+        if "resumed" in results:
+            results["resumed"]["from_step"] = trainer.global_step - results["train"].get("steps", 0)
+        if results["status"] == "interrupted" and any((self.run_dir / "checkpoints").glob("*.ckpt")):
+            results["resume_command"] = resume_command(self.run_dir)
+        results["device"] = str(trainer.strategy.root_device)
+        results["precision"] = trainer.precision
+        metrics = trainer.callback_metrics
+        names = getattr(module, "quality_metrics", SEGMENTATION_QUALITY)  # the CNN's: val/accuracy, val/loss
+        results["quality"] = {name.replace("/", "_"): _item(metrics.get(name)) for name in names}
+
+    def _write(self) -> None:
+        """One run, one record: under DDP every rank runs train() and sends its row to rank 0,
+        which alone writes results.json, summary.txt and the run's last TensorBoard entries."""
+        results, trainer = self.results, self.trainer
+        if trainer is not None and trainer.world_size > 1 and results["status"] == "completed" and is_distributed():
+            try:
+                gather_ranks(results, trainer)
+            except Exception as error:  # a rank gone: keep rank 0's own record
+                self.notice(f"per-rank measurement not gathered ({type(error).__name__}: {error})")
+        self._job.close()
+        if not (trainer.is_global_zero if trainer is not None else rank_zero_only.rank == 0):
+            return
+        if trainer is not None:
+            log_hparams(trainer, results)
+            log_ranks(trainer, results)
+        write_json_atomic(self.run_dir / "results.json", results)
+        summary = format_run_summary(results)
+        write_text_atomic(self.run_dir / "summary.txt", summary)
+        print(summary, end="")
+        print(f"Results: {self.run_dir / 'results.json'}")
+
+
+def axis_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The value each optimization axis resolved to: what a sweep varies, and what TensorBoard's
+    HParams view and the report group runs by. None for a key the workload does not have."""
+    keys = {
+        "workers": "data.num_workers",
+        "prefetch": "data.prefetch_factor",
+        "pin": "data.pin_memory",
+        "upsample": "model.net.upsample",
+        "memory_format": "model.memory_format",
+        "compile": "model.compile",
+        "precision": "trainer.precision",
+        "threads": "num_threads",
+        # the data pipeline (Carvana)
+        "decode": "data.decode",
+        "cache": "data.cache",
+        "augment": "data.augment",
+        "cold_cache": "data.cold_cache",
+        "batch_size": "batch_size",
+        "train_images": "train_images",
+        # data-parallel (trainer=ddp): ranks = devices x num_nodes
+        "strategy": "trainer.strategy",
+        "devices": "trainer.devices",
+        "num_nodes": "trainer.num_nodes",
+    }
+    plain = OmegaConf.create(config)
+    return {axis: OmegaConf.select(plain, key) for axis, key in keys.items()}
+
+
+def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
+    """Axis settings with the run's outcome, once at the end, for TensorBoard's HParams view."""
+    metrics = {
+        "hp/images_per_s": results["train"].get("images_per_s"),
+        "hp/val_dice": results["quality"].get("val_dice"),
+        "hp/val_pixel_accuracy": results["quality"].get("val_pixel_accuracy"),
+        "hp/val_accuracy": results["quality"].get("val_accuracy"),
+        "hp/data_wait_fraction": (results.get("phases") or {}).get("data_wait", {}).get("fraction"),
+    }
+    params = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in results["axes"].items()}
+    for logger in trainer.loggers:
+        logger.log_hyperparams(params, {k: v for k, v in metrics.items() if v is not None})
+        logger.save()
+
+
+def _item(value: Any) -> float | None:
+    return None if value is None else float(value.item() if isinstance(value, torch.Tensor) else value)
