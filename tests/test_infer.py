@@ -187,6 +187,16 @@ def test_runtimes_are_built_from_their_config_with_its_options():
     assert (onnx.min_agreement, onnx.providers) == (0.5, ["CPUExecutionProvider"])
 
 
+def test_only_the_torch_runtime_warns_that_reduced_precision_is_emulated_on_this_cpu(monkeypatch):
+    import segperf.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "cpu_flags", lambda: {"avx2"})  # no bf16 instructions
+    cpu = torch.device("cpu")
+    assert "torch emulates it" in TorchRuntime().dtype_notice("bf16-mixed", cpu)
+    assert TorchRuntime().dtype_notice("32-true", cpu) is None
+    assert OnnxRuntime().dtype_notice("bf16-mixed", cpu) is None  # its own kernels, or a fallback to fp32
+
+
 def test_any_runtime_class_named_by_target_is_what_runs(tiny_run, tmp_path):
     CountingRuntime.forwards = 0
     target = f"runtime._target_={__name__}.CountingRuntime"
