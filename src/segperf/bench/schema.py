@@ -171,3 +171,8 @@ def settings(cfg: DictConfig) -> Settings:
         seed=cfg.seed,
         out=Path(cfg.out) if cfg.out else None,
     )
+
+
+# on import, as segperf/__init__ registers the training schema: whoever composes conf/bench.yaml
+# (the command line, a test, a notebook) finds it
+register_schema()
