@@ -8,6 +8,7 @@ from typing import Any
 from segperf.perf.counters import format_counters
 from segperf.perf.formatting import format_mib, format_percent_of_cores, format_usage
 from segperf.perf.machine import format_header
+from segperf.perf.machine_load import format_load
 
 WIDTH = 92
 RULE, LINE = "=" * WIDTH, "-" * WIDTH
@@ -38,7 +39,8 @@ def format_run_summary(results: dict[str, Any]) -> str:
         else f"{res['gpu_util_p50']:.0f}%/{res['gpu_util_p90']:.0f}%/{res['gpu_util_max']:.0f}%"
     )
     status = results.get("status", "?") + (f" ({results['error']})" if results.get("error") else "")
-    lines = _section("Resources", format_header(machine).splitlines()) if machine else []
+    header = format_header(machine).splitlines() + [f"{'Load':<10}{format_load(results.get('machine_load'))}"]
+    lines = _section("Resources", header) if machine else []
     top = [
         _kv("Status", status),
         _kv("Data", f"{dataset.get('root', 'n/a')}"),

@@ -11,6 +11,7 @@ line for the user.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from segperf.config import plain_config
 from segperf.errors import explain, is_worker_error
+from segperf.perf.machine_load import load_at_end, load_at_start
 from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
 from segperf.schema import check_settings
@@ -31,6 +33,10 @@ from segperf.training.resume import resume_checkpoint, resume_command
 
 # what results.json's `quality` holds for a module that does not say (the U-Net's metrics)
 SEGMENTATION_QUALITY = ("val/pixel_accuracy", "val/dice", "val/loss")
+# runs started in this process so far: Hydra's basic launcher runs a sweep's jobs one after another
+# in one process, and the first (results.json's process_job 0) pays the one-time costs (imports,
+# allocator and kernel caches, the built-in data's first read), which the report checks for
+_RUNS_IN_PROCESS = itertools.count()
 
 
 class RunRecord:
@@ -41,6 +47,8 @@ class RunRecord:
         self.results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
         self.results["config"] = plain_config(cfg)
         self.results["axes"] = axis_settings(self.results["config"])
+        self.results["process_job"] = next(_RUNS_IN_PROCESS)
+        self.results["machine_load"] = load_at_start()  # a busy machine at the start: the report flags it
         self.measurement = self.datamodule = self.module = self.trainer = None
         self.callbacks: list[L.Callback] = []
         self.ckpt_path: Path | None = None
@@ -79,6 +87,7 @@ class RunRecord:
 
     def __exit__(self, kind, error, traceback) -> bool:
         results = self.results
+        load_at_end(results["machine_load"])  # before the bookkeeping below adds its own load
         if self._job is None:  # stopped before any work (a bad setting, a missing checkpoint)
             if error is not None:
                 record_failure(results, error)

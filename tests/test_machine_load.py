@@ -1,0 +1,60 @@
+"""Every run records how busy the machine was at its start and end, and which job of its process it
+was, so that a slow run on a busy machine (or a sweep's first job) is not read as a slow setting."""
+
+import os
+
+from segperf.perf import machine_load
+from segperf.perf.machine_load import cpu_mhz, format_load, load_at_end, load_at_start
+from segperf.perf.summary import format_run_summary
+from segperf.training.record import RunRecord
+from tests.conftest import compose_config
+
+
+def test_cpu_clock_is_the_mean_of_the_cores_cpufreq_readings(tmp_path):
+    for core, khz in enumerate((2_000_000, 3_000_000)):
+        (tmp_path / f"cpu{core}").mkdir()
+        (tmp_path / f"cpu{core}" / "scaling_cur_freq").write_text(f"{khz}\n")
+    assert cpu_mhz(cpufreq=str(tmp_path / "cpu*" / "scaling_cur_freq"), cpuinfo="/nonexistent") == 2500.0
+
+
+def test_cpu_clock_falls_back_to_cpuinfo_and_is_none_where_unreadable(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\ncpu MHz\t\t: 2445.400\nprocessor\t: 1\ncpu MHz\t\t: 2445.600\n")
+    assert cpu_mhz(cpufreq=str(tmp_path / "none*"), cpuinfo=str(cpuinfo)) == 2445.5
+    assert cpu_mhz(cpufreq=str(tmp_path / "none*"), cpuinfo=str(tmp_path / "missing")) is None
+
+
+def test_load_is_recorded_at_start_and_end_with_the_cores_it_is_read_against(monkeypatch):
+    readings = iter([(0.5, 0.4, 0.3), (2.25, 1.0, 0.5)])
+    monkeypatch.setattr(os, "getloadavg", lambda: next(readings))
+    monkeypatch.setattr(machine_load, "cpu_mhz", lambda: 2400.0)
+    section = load_at_end(load_at_start())
+    assert section["loadavg_start"] == [0.5, 0.4, 0.3] and section["loadavg_end"] == [2.25, 1.0, 0.5]
+    assert section["cpu_mhz_start"] == section["cpu_mhz_end"] == 2400.0
+    assert section["cores"] == len(os.sched_getaffinity(0))
+    assert (
+        format_load(section)
+        == f"1-min load 0.50 at start, 2.25 at end ({section['cores']} cores); CPU 2,400 -> 2,400 MHz"
+    )
+
+
+def test_no_load_average_reads_as_none_not_a_failure(monkeypatch):
+    def unavailable():
+        raise OSError("load average unobtainable")
+
+    monkeypatch.setattr(os, "getloadavg", unavailable)
+    assert load_at_start()["loadavg_start"] is None
+    assert format_load(load_at_start()).startswith("1-min load n/a at start")
+
+
+def test_summary_header_shows_the_load_under_the_machine():
+    machine = {"cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_threads": 2, "cpu_available": 2, "ram_mib": 1, "gpus": []}
+    load = {"loadavg_start": [1.5, 1, 1], "loadavg_end": [1.75, 1, 1], "cpu_mhz_start": None, "cpu_mhz_end": None}
+    lines = format_run_summary({"machine": machine, "machine_load": {**load, "cores": 2}}).splitlines()
+    assert lines[lines.index("Resources") + 5] == "Load      1-min load 1.50 at start, 1.75 at end (2 cores)"
+
+
+def test_each_run_of_a_process_gets_the_next_process_job_number(tmp_path):
+    cfg = compose_config(f"paths.output_dir={tmp_path}")
+    first, second = (RunRecord(cfg, tmp_path / name).results["process_job"] for name in ("a", "b"))
+    assert second == first + 1
