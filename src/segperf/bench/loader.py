@@ -240,7 +240,7 @@ def data_root(s: Settings) -> Path:
     if s.root is not None:
         return s.root
     synthetic = dict(s.synthetic)
-    cache_dir = synthetic.pop("cache_dir") or segperf_cache_dir()
+    cache_dir = synthetic.pop("cache_dir") or segperf_cache_dir()  # null: the default folder
     return ensure_synthetic(cache_dir, **synthetic)
 
 

@@ -19,20 +19,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from segperf.errors import SegperfError
+from segperf.schema import Augment, Cache, Decode, SyntheticSchema
 
-DECODES = ("full", "reduced")
-CACHES = ("off", "memory", "device")
-AUGMENTS = ("off", "basic")
+# the training schema's choices (each a list here: the bench runs a grid of them)
+DECODES = tuple(Decode)
+CACHES = tuple(Cache)
+AUGMENTS = tuple(Augment)
 _PIN = {"on": True, "true": True, "off": False, "false": False}
-
-
-@dataclass
-class BenchSyntheticSchema:
-    cache_dir: str | None = MISSING
-    cars: int = MISSING
-    seed: int = MISSING
-    width: int = MISSING
-    height: int = MISSING
 
 
 @dataclass
@@ -45,7 +38,7 @@ class BenchDataSchema:
     num_workers: Any = MISSING
     pin_memory: Any = MISSING
     augment: str = MISSING
-    synthetic: BenchSyntheticSchema = field(default_factory=BenchSyntheticSchema)
+    synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)  # the built-in data, as in training
 
 
 @dataclass
@@ -155,7 +148,7 @@ def settings(cfg: DictConfig) -> Settings:
         raise BenchSettingsError(problems)
     return Settings(
         root=Path(data.root).expanduser() if data.root else None,
-        synthetic=OmegaConf.to_container(data.synthetic),
+        synthetic=OmegaConf.to_container(data.synthetic, resolve=True),
         height=data.height,
         width=data.width,
         decode=decode,
