@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from segperf.report import build_report, main
-from segperf.report.stats import Spread, Stat, distinguishable, speedup, spread, summarize
+from segperf.report.stats import Spread, Stat, compare_throughput, speedup, spread, summarize
 from segperf.report.sweep import load_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -76,12 +76,14 @@ def test_speedup_carries_its_uncertainty_like_hyperfine():
     assert speedup(Spread(0, None, None, None, None), Spread(2, 2.0, 0.1, 1.9, 2.1)) is None
 
 
-def test_distinguishable_only_when_ranges_do_not_overlap():
-    base = summarize([2.0, 2.2, 2.1])
-    assert not distinguishable(base, summarize([2.15, 2.3, 2.25]))  # overlaps: noise
-    assert distinguishable(base, summarize([4.0, 4.4, 4.2]))
-    assert distinguishable(summarize([2.0]), summarize([2.01]))  # no spread to judge by
-    assert not distinguishable(base, summarize([]))
+def test_distinguishable_is_decided_by_welch_on_log_throughput_not_by_overlapping_ranges():
+    # changed: the min-max overlap rule called any two single runs distinguishable; the decision
+    # is now Welch's t-test on log images/s at 95% and needs two runs a side (tests/test_stats.py)
+    base = [2.0, 2.2, 2.1]
+    assert compare_throughput([2.15, 2.3, 2.25], base).distinguishable is False  # noise
+    assert compare_throughput([4.0, 4.4, 4.2], base).distinguishable is True
+    assert compare_throughput([2.01], [2.0]).distinguishable is None  # one run a side: not decidable
+    assert compare_throughput([], base).distinguishable is None
 
 
 def test_configurations_group_repeats_by_all_but_seed_in_first_job_order():
@@ -117,9 +119,10 @@ def test_report_table_has_one_row_per_configuration_with_ratios_and_valid_charts
     assert list(rows) == ["data.num_workers=0", "data.num_workers=1", "data.num_workers=2"]
     base, noisy, fast = rows.values()
     assert base[1:4] == ["3", "2.10 [2.00–2.20]", "baseline"]
-    assert noisy[3] == "~1.07×"  # 2.25 / 2.1, ranges overlap
+    assert noisy[3] == "~1.07×"  # 2.25 / 2.1, within noise (Welch's 95% interval 0.96–1.17 includes 1)
     assert fast[2:4] == ["4.20 [4.00–4.40]", "2.00×"]
-    assert fast[4:] == ["6.0%", "84.0%", "12.0", "180", "90", "0.900", "compute-bound"]
+    # quality shows its spread over the repeats (Dice 0.89, 0.91, 0.90)
+    assert fast[4:] == ["6.0%", "84.0%", "12.0", "180", "90", "0.900 [0.890–0.910]", "compute-bound"]
     assert base[6] == "420" and base[10] == "data-bound"
     assert "MIXED MACHINES" not in report and "NVIDIA Test GPU" in report
     for chart in CHARTS:
@@ -133,8 +136,10 @@ def test_report_table_has_one_row_per_configuration_with_ratios_and_valid_charts
 def test_repeated_timings_show_mean_sigma_range_and_speedup_with_uncertainty(tmp_path):
     report = build_report(load_sweep(REPEATS), tmp_path, charts_too=False).read_text()
     rows = table_rows(report, "## Repeated timings")
-    assert rows["data.num_workers=0"][1:] == ["3", "2.10 ± 0.10", "2.00 … 2.20", "baseline"]
-    assert rows["data.num_workers=2"][1:] == ["3", "4.20 ± 0.20", "4.00 … 4.40", "2.00 ± 0.13×"]
+    assert rows["data.num_workers=0"][1:] == ["3", "2.10 ± 0.10", "2.00 … 2.20", "baseline", "—"]
+    assert rows["data.num_workers=2"][1:] == ["3", "4.20 ± 0.20", "4.00 … 4.40", "2.00 ± 0.13×", "1.80–2.23×"]
+    # the mean ± σ table carries the same decision as the median table's `~`
+    assert rows["data.num_workers=1"][4:] == ["~1.06 ± 0.06×", "0.96–1.17×"]
     assert "`data.num_workers=2` ran **2.00 ± 0.13 times faster** than `data.num_workers=0`." in report
 
 
@@ -215,11 +220,11 @@ def test_inference_runs_get_their_own_table_and_chart(tmp_path):
     report = build_report(sweep, tmp_path).read_text()
     assert "## Training" not in report and "## Inference" in report
     rows = table_rows(report)
-    assert rows["precision=bf16"][2:8] == [
+    assert rows["precision=bf16"][2:8] == [  # one run each: ratios shown, not stated as fact
         "25.0 (1 run, no spread)",
-        "2.50×",
+        "2.50× (unconfirmed)",
         "120 (1 run, no spread)",
-        "3.00×",
+        "3.00× (unconfirmed)",
         "0.9991",
         "1.0000",
     ]

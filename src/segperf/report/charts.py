@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from segperf.perf.formatting import fmt_num
 from segperf.perf.phase_names import PHASE_ORDER
 from segperf.report.cells import fmt_median_speedup
+from segperf.report.flags import quality_fell, quality_metric
 from segperf.report.sweep import Configuration
 
 PHASES = list(PHASE_ORDER)
@@ -123,7 +124,7 @@ def throughput(configs: list[Configuration], baseline: Configuration | None, out
         baseline,
         out / "training_throughput.png",
         [("train images/s", "train.images_per_s", "C0")],
-        "Training throughput (~ = within noise of the baseline)",
+        "Training throughput (~ = within noise of the baseline; unconfirmed = 1 run)",
         "images/s (median, bars: min–max over repeats)",
     )
 
@@ -143,22 +144,31 @@ def inference_throughput(configs: list[Configuration], out: Path) -> Path:
     )
 
 
-def quality(configs: list[Configuration], out: Path) -> Path:
-    """Validation accuracy and Dice: did a faster setting cost accuracy?"""
+def quality(configs: list[Configuration], baseline: Configuration | None, out: Path) -> Path:
+    """Validation quality with its min–max over repeats: did a faster setting cost accuracy? The
+    sweep's quality (Dice; accuracy for the classifier) first, pixel accuracy beside it; a
+    configuration whose quality fell below the baseline's beyond that spread is marked "lower"."""
     fig = _figure(configs, 2 * len(configs))
     ax = fig.add_subplot()
-    series = [
-        ("val pixel accuracy", [c.stat("quality.val_pixel_accuracy").median for c in configs], "C2"),
-        ("val Dice", [c.stat("quality.val_dice").median for c in configs], "C4"),
+    main, name = quality_metric(configs)
+    paths = [(name, main, "C4"), ("val pixel accuracy", "quality.val_pixel_accuracy", "C2")]
+    paths = [p for p in paths if p[1] == main or any(c.stat(p[1]).n for c in configs)]
+    stats = [[c.stat(path) for c in configs] for _, path, _ in paths]
+    series = [(label, [s.median for s in row], color) for (label, _, color), row in zip(paths, stats, strict=True)]
+    errors = [[None if s.median is None else ([s.median - s.min], [s.max - s.median]) for s in row] for row in stats]
+    notes = [
+        [
+            None
+            if s.median is None
+            else f"{s.median:.3f}" + ("  lower" if path == main and quality_fell(c, baseline, path) else "")
+            for c, s in zip(configs, row, strict=True)
+        ]
+        for (_, path, _), row in zip(paths, stats, strict=True)
     ]
-    if any(c.stat("quality.val_accuracy").n for c in configs):  # the CPU study's classifier: no pixels, no Dice
-        series.append(("val accuracy", [c.stat("quality.val_accuracy").median for c in configs], "C1"))
-        series = [one for one in series if any(v is not None for v in one[1])]
-    notes = [[None if v is None else f"{v:.3f}" for v in values] for _, values, _ in series]
-    _grouped_barh(ax, [c.label for c in configs], series, notes=notes)
-    ax.set_xlim(0, 1.15)
-    ax.set_xlabel("median over repeats (1 = perfect)")
-    ax.set_title("Validation quality")
+    _grouped_barh(ax, [c.label for c in configs], series, errors, notes)
+    ax.set_xlim(0, 1.25)
+    ax.set_xlabel("median over repeats, bars: min–max (1 = perfect)")
+    ax.set_title("Validation quality (lower = below the baseline beyond the spread of repeats)")
     return _save(fig, out / "quality.png")
 
 

@@ -1,13 +1,14 @@
-"""`python -m segperf.report <sweep dir> [--out DIR]`: report.md and its charts for a sweep.
+"""`python -m segperf.report <sweep dir> [--out DIR]`: report.md, report.json and charts for a sweep.
 
 `build_report` puts the sections (segperf.report.tables) and charts (segperf.report.charts) in
-order; `main` is the command. It reads only the jobs' results.json files and never runs
-anything, so it can be re-run any time (and on another machine) after a sweep. Configurations
-are compared by the median over their repeats, and a speed-up whose min–max range overlaps the
-baseline's is marked "~": on a busy machine a 5% "gain" between single runs is often noise, and
-the report should say so. Runs from machines that differ (host, GPU, driver, library versions)
-are flagged at the top, and no speed-up is computed across them unless `--allow-mixed-machines`
-is given.
+order and writes report.json beside them (segperf.report.export); `main` is the command. It
+reads only the jobs' results.json files and never runs anything, so it can be re-run any time
+(and on another machine) after a sweep. Configurations are compared by one decision
+(segperf.report.decide): a speed-up within run-to-run noise is marked "~", one from single runs
+"(unconfirmed)", a configuration that ran another's effective settings "same as X": on a busy
+machine a 5% "gain" between single runs is often noise, and the report should say so. Runs from
+machines that differ (host, GPU, driver, library versions) are flagged at the top, and no
+speed-up is computed across them unless `--allow-mixed-machines` is given.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from segperf.report import charts
+from segperf.report import charts, flags
 from segperf.report.comparability import mixed_machines_warning
+from segperf.report.export import write_report_json
 from segperf.report.sweep import Sweep, SweepError, load_sweep
 from segperf.report.tables import (
     baseline_of,
@@ -29,15 +31,16 @@ from segperf.report.tables import (
     training_section,
     verdict_section,
     verdict_texts,
+    warnings_section,
 )
 
 
 def build_report(
     sweep: Sweep, out_dir: str | Path, charts_too: bool = True, allow_mixed_machines: bool = False
 ) -> Path:
-    """Write report.md and the charts into out_dir; return the report's path. `charts_too=False`
-    writes only the markdown (a quick look from a notebook, or tests of the tables). Speed-ups
-    across runs from different machines are n/a unless `allow_mixed_machines`."""
+    """Write report.md, report.json and the charts into out_dir; return report.md's path.
+    `charts_too=False` writes no charts (a quick look from a notebook, or tests of the tables).
+    Speed-ups across runs from different machines are n/a unless `allow_mixed_machines`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train = sweep.configurations("train")
@@ -59,8 +62,10 @@ def build_report(
             "so there is nothing to compare.",
             "",
         ]
+    warnings = []
     if any(c.ok_runs for c in train):
         baseline = baseline_of(train) if ratios else None
+        warnings += flags.collect(sweep, train, baseline)
         lines += training_section(sweep, train, baseline, ratios)
         lines += repeats_section(train, baseline)
         lines += data_parallel_section(train, baseline)
@@ -68,18 +73,22 @@ def build_report(
             made = [
                 ("Training time by phase", charts.time_by_phase(train, out)),
                 ("Training throughput", charts.throughput(train, baseline, out)),
-                ("Validation quality", charts.quality(train, out)),
+                ("Validation quality", charts.quality(train, baseline, out)),
                 ("Data-wait jitter and utilization", charts.jitter_utilization(train, out)),
             ]
             lines += [line for title, path in made for line in (f"![{title}]({path.name})", "")]
     if any(c.ok_runs for c in infer):
         lines += inference_section(infer, ratios)
+        warnings += flags.collect(sweep, infer, None)
         if charts_too:
             lines += [f"![Inference throughput]({charts.inference_throughput(infer, out).name})", ""]
+    if any(c.ok_runs for c in train + infer):
+        lines += warnings_section(warnings, train, baseline_of(train) if ratios else None)
     lines += failed_section(sweep)
     lines += verdict_section([c for c in train if c.runs] + [c for c in infer if verdict_texts(c)])
     path = out / "report.md"
     path.write_text("\n".join(lines))
+    write_report_json(sweep, out, allow_mixed_machines)
     return path
 
 

@@ -2,15 +2,18 @@
 
 Repeats of one configuration (seeds, `repeat=`) scatter by run-to-run noise, so a quantity is
 summarized two ways: as a median with its [min, max] range (`Stat`, the report's main tables),
-where a difference counts only when the ranges do not overlap; and, as hyperfine does, as mean ±
-sample standard deviation (`Spread`), with ratios whose uncertainty is propagated. A missing
-value (a failed or unmeasured repeat) is left out, never counted as zero.
+and, as hyperfine does, as mean ± sample standard deviation (`Spread`), with ratios whose
+uncertainty is propagated. Whether two configurations differ beyond that noise is one decision,
+`welch` (used through `compare_throughput` for speed-ups): every table and chart of the report
+shows that decision and no other. A missing value (a failed or unmeasured repeat) is left out,
+never counted as zero.
 
 Pure functions of lists of numbers: nothing here knows about runs, files or tables.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -79,13 +82,142 @@ def speedup(a: Spread, b: Spread) -> tuple[float, float | None] | None:
     return ratio, abs(ratio) * ((a.std / a.mean) ** 2 + (b.std / b.mean) ** 2) ** 0.5
 
 
-def distinguishable(a: Stat, b: Stat) -> bool:
-    """False when the [min, max] ranges overlap: the difference is within run-to-run noise.
+LEVEL = 0.95  # the confidence level of every "distinguishable" the report states
+MIN_RUNS = 2  # completed runs needed on each side: one run has no spread to judge noise by
 
-    With a single run on each side there is no spread to compare, so any difference counts as
-    distinguishable; the report then says "1 run, no spread" so nobody over-reads it."""
-    if a.n == 0 or b.n == 0:
-        return False
-    if a.n == 1 and b.n == 1:
-        return True
-    return not (a.min <= b.max and b.min <= a.max)
+
+@dataclass(frozen=True)
+class Welch:
+    """Welch's two-sample t comparison of `a` against `b`: the difference of means, its two-sided
+    confidence interval at `level`, and the decision, None when it cannot be made (fewer than
+    MIN_RUNS values on a side)."""
+
+    n_a: int
+    n_b: int
+    difference: float | None
+    low: float | None
+    high: float | None
+    df: float | None
+    level: float
+    distinguishable: bool | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`a` against `b` on a ratio scale (throughput): the ratio of geometric means with its
+    confidence interval, and whether it is distinguishable from 1 (None: cannot be decided)."""
+
+    n_a: int
+    n_b: int
+    ratio: float | None
+    low: float | None
+    high: float | None
+    level: float
+    distinguishable: bool | None
+
+
+def welch(a: Any, b: Any, level: float = LEVEL) -> Welch:
+    """Welch's t-test of mean(a) - mean(b), two-sided at 1 - `level`.
+
+    Why Welch: with two or three repeats per configuration, rank tests cannot reach the 5% level
+    at all (Mann-Whitney's smallest two-sided p with 3 against 3 is 0.1), and a percentile
+    bootstrap has so few distinct resamples (10 for 3 values) that its real false-positive rate
+    is far above its nominal one. The t interval is exact for normal noise and, with the
+    Welch-Satterthwaite degrees of freedom, does not assume the two sides are equally noisy (a
+    configuration with workers is often noisier than one without). tests/test_stats.py measures
+    its false-positive rate on simulated equal configurations. Identical repeats on both sides
+    (no spread at all) decide by whether the means differ."""
+    xs, ys = present_numbers(a), present_numbers(b)
+    n_a, n_b = len(xs), len(ys)
+    if n_a < MIN_RUNS or n_b < MIN_RUNS:
+        return Welch(n_a, n_b, None, None, None, None, level, None)
+    diff = statistics.fmean(xs) - statistics.fmean(ys)
+    va, vb = statistics.variance(xs) / n_a, statistics.variance(ys) / n_b
+    se = math.sqrt(va + vb)
+    if se == 0 or not math.isfinite(se):
+        return Welch(n_a, n_b, diff, diff, diff, None, level, diff != 0)
+    df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+    half = t_critical(level, df) * se
+    low, high = diff - half, diff + half
+    return Welch(n_a, n_b, diff, low, high, df, level, low > 0 or high < 0)
+
+
+def compare_throughput(a: Any, b: Any, level: float = LEVEL) -> Comparison:
+    """`welch` on log(values): speed-ups are ratios and run-to-run noise is proportional (a 3%
+    wobble at 2 images/s and at 200), so the test is done on logarithms and its difference and
+    interval come back as the ratio of geometric means. Distinguishable: the interval excludes 1."""
+    xs, ys = present_numbers(a), present_numbers(b)
+    if any(v <= 0 for v in xs + ys):  # no log of a zero throughput: not decidable
+        return Comparison(len(xs), len(ys), None, None, None, level, None)
+    test = welch([math.log(v) for v in xs], [math.log(v) for v in ys], level)
+    if test.difference is None:
+        ratio = xs[0] / ys[0] if len(xs) == 1 and len(ys) == 1 else None
+        return Comparison(test.n_a, test.n_b, ratio, None, None, level, None)
+    return Comparison(
+        test.n_a,
+        test.n_b,
+        math.exp(test.difference),
+        math.exp(test.low),
+        math.exp(test.high),
+        level,
+        test.distinguishable,
+    )
+
+
+def t_critical(level: float, df: float) -> float:
+    """The two-sided critical value of Student's t: P(|T| > t) = 1 - level with `df` degrees of
+    freedom (2.776 for 95% at df=4; 1.960 as df grows). Welch's df is fractional, so a printed
+    table will not do, and scipy is not a dependency of segperf for one function: this inverts
+    `t_two_sided_p` by bisection (to ~1e-12 relative)."""
+    alpha = 1.0 - level
+    low, high = 0.0, 1.0
+    while t_two_sided_p(high, df) > alpha:
+        low, high = high, high * 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        if t_two_sided_p(mid, df) > alpha:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12 * high:
+            break
+    return (low + high) / 2
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| > |t|) for Student's t with `df` degrees of freedom: I_x(df/2, 1/2) at x = df/(df+t²)."""
+    return _betainc(df / 2, 0.5, df / (df + t * t))
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz's
+    method, as in Numerical Recipes' betacf), on the side of x where it converges fast."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+
+    def guard(v: float) -> float:
+        return tiny if abs(v) < tiny else v
+
+    c, d = 1.0, 1.0 / guard(1.0 - (a + b) * x / (a + 1))
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        even = m * (b - m) * x / ((a - 1 + m2) * (a + m2))
+        odd = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1 + m2))
+        for num in (even, odd):
+            d = 1.0 / guard(1.0 + num * d)
+            c = guard(1.0 + num / c)
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h

@@ -2,7 +2,8 @@
 
 `load_sweep` finds the jobs below a sweep folder, in job order, and a `Sweep` groups them into
 `Configuration`s: the repeats of one setting (every axis and override but `seed`/`repeat`), each
-labelled by what varies across the sweep. A configuration summarizes a results path over its
+labelled by what varies across the sweep, and marked `same_as` an earlier one that ran with the
+same effective settings (segperf.report.settings). A configuration summarizes a results path over its
 completed repeats with segperf.report.stats. Nothing here runs a job; a job that crashed before
 writing its results is kept as a failed run, so that a report can name it instead of silently
 showing fewer repeats.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from segperf.report.comparability import describe_machine, differences
+from segperf.report.settings import bare_key, hashable, mark_same_settings, not_applied, setting_name
 from segperf.report.stats import Spread, Stat, spread, summarize
 
 REPEAT_KEYS = {"seed", "repeat"}  # what varies between repeats of one configuration
@@ -54,14 +56,6 @@ def parse_overrides(text: str) -> list[tuple[str, str]]:
             buf += ch
     items.append(buf)
     return [tuple(item.split("=", 1)) for item in items if "=" in item]
-
-
-def _bare(key: str) -> str:
-    return key.lstrip("+~")
-
-
-def _hashable(value: Any) -> Any:
-    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
 
 
 @dataclass
@@ -110,9 +104,9 @@ def read_run(path: Path, job: int) -> Run:
     if status != "completed":
         error = error or results.get("error") or status
     match = _JOB_DIR.match(path.name)
-    overrides = tuple((k, v) for k, v in parse_overrides((match and match[2]) or "") if _bare(k) not in REPEAT_KEYS)
+    overrides = tuple((k, v) for k, v in parse_overrides((match and match[2]) or "") if bare_key(k) not in REPEAT_KEYS)
     axes = results.get("axes") if isinstance(results.get("axes"), dict) else {}
-    key = tuple((k, _hashable(v)) for k, v in axes.items()) + overrides
+    key = tuple((k, hashable(v)) for k, v in axes.items()) + overrides
     job = int(match[1]) if match else job
     return Run(path, job, path.name, status, error, results, key, overrides=overrides)
 
@@ -124,6 +118,7 @@ class Configuration:
     label: str
     key: tuple
     runs: list[Run] = field(default_factory=list)
+    same_as: str | None = None  # label of an earlier configuration with the same effective settings
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -143,6 +138,21 @@ class Configuration:
     def spread(self, path: str) -> Spread:
         """Mean ± σ and min–max of a dotted results path over completed repeats."""
         return spread(self.values(path))
+
+    @property
+    def not_applied(self) -> dict[str, dict]:
+        """Requested settings some run could not honour, by the report's name for them ("pin"):
+        {requested, used, reason} from results.json `adjusted` (the first run's, where repeats agree)."""
+        changes: dict[str, dict] = {}
+        for run in self.runs:
+            for key, change in not_applied(run.results).items():
+                changes.setdefault(setting_name(key, run.results), change)
+        return changes
+
+    @property
+    def applied(self) -> bool:
+        """False when a requested setting was adjusted away in any of its runs."""
+        return not self.not_applied
 
     @property
     def page_cache(self) -> str:
@@ -197,6 +207,7 @@ class Sweep:
             first = next((r for r in group if r.results.get("axes")), group[0])
             configs.append(Configuration(first.label, key, group))
         _disambiguate(configs)
+        mark_same_settings(configs)
         return configs
 
 
@@ -221,7 +232,7 @@ def _label_runs(runs: list[Run]) -> None:
             values.setdefault(k, set()).add(v)
     varying = {k for k, vs in values.items() if len(vs) > 1 or any(k not in dict(r.overrides) for r in runs)}
     axes = [r.results.get("axes") or {} for r in runs if r.results.get("axes")]
-    varying_axes = [k for k in (axes[0] if axes else {}) if len({_hashable(a.get(k)) for a in axes}) > 1]
+    varying_axes = [k for k in (axes[0] if axes else {}) if len({hashable(a.get(k)) for a in axes}) > 1]
     for run in runs:
         label = ", ".join(f"{k}={v}" for k, v in run.overrides if k in varying)
         if not label and run.results.get("axes"):

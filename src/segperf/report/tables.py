@@ -1,5 +1,5 @@
 """The sections of report.md, each a list of markdown lines: the machines, the training table,
-repeated timings, data-parallel scaling, inference, failed jobs and verdicts.
+repeated timings, data-parallel scaling, inference, warnings, failed jobs and verdicts.
 
 A section reads a sweep's configurations (segperf.report.sweep) and writes cells with
 segperf.report.cells; segperf.report.markdown puts the sections in order with their notes.
@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections import Counter
 
 from segperf.perf.formatting import fmt_num, fmt_pct, md_table
-from segperf.report.cells import fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
-from segperf.report.stats import Stat, median_ratio
+from segperf.report.cells import fmt_interval, fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
+from segperf.report.decide import CONFIRM, RULE, baseline_of, decide
+from segperf.report.flags import Flag, quality_fell, quality_metric
+from segperf.report.stats import LEVEL
 from segperf.report.sweep import Configuration, Sweep
+
+__all__ = ["baseline_of"]  # markdown takes it from here with the sections
 
 
 def _runs_cell(config: Configuration) -> str:
@@ -55,31 +59,27 @@ def machine_section(sweep: Sweep) -> list[str]:
     return [*lines, ""]
 
 
-def baseline_of(configs: list[Configuration]) -> Configuration | None:
-    """The first configuration with a throughput: by convention sweeps list the baseline first."""
-    return next((c for c in configs if c.stat("train.images_per_s").median is not None), None)
-
-
 def _any_cold(configs: list[Configuration]) -> bool:
     return any("cold" in c.page_cache for c in configs)
 
 
-def _quality_column(configs: list[Configuration]) -> tuple[str, str]:
-    """val Dice for the U-Net; val accuracy for the CPU study's classifier (it has no Dice)."""
-    has = {path: any(c.stat(path).n for c in configs) for path in ("quality.val_accuracy", "quality.val_dice")}
-    if has["quality.val_accuracy"] and not has["quality.val_dice"]:
-        return "quality.val_accuracy", "val accuracy"
-    return "quality.val_dice", "val Dice"
+def _quality_cell(config: Configuration, baseline: Configuration | None, path: str) -> str:
+    """ "0.900 [0.890–0.920]" over repeats ("0.970" for one run), "(lower)" when it fell below the
+    baseline's beyond their spread (segperf.report.flags.quality_fell)."""
+    stat = config.stat(path)
+    if stat.median is None:
+        return "n/a"
+    text = f"{stat.median:.3f}" + (f" [{stat.min:.3f}–{stat.max:.3f}]" if stat.n > 1 else "")
+    return text + (" (lower)" if quality_fell(config, baseline, path) else "")
 
 
 def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
     ids = _machine_ids(sweep)
     headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
-    quality_path, quality_name = _quality_column(configs)
+    quality_path, quality_name = quality_metric(configs)
     headers += ["p99 data wait ms", "CPU %", "GPU %", quality_name, "verdict"]
     rows = []
     for c in configs:
-        dice = c.stat(quality_path).median
         p99 = c.stat("jitter.data_wait.p99").median
         row = [
             c.label,
@@ -91,7 +91,7 @@ def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Config
             _measured(c, fmt_num(None if p99 is None else p99 * 1000)),
             _measured(c, fmt_num(c.stat("resources.cpu_mean_percent").median, 2)),
             _measured(c, fmt_num(c.stat("resources.gpu_util_mean_percent").median, 2)),
-            "n/a" if dice is None else f"{dice:.3f}",
+            _quality_cell(c, baseline, quality_path),
             _verdict_kind(c),
         ]
         if len(ids) > 1:
@@ -121,8 +121,10 @@ def training_section(
             if ratios
             else "Speed-up: not computed, the runs come from different machines (see the warning above). "
         )
-        + "`~` marks a configuration whose min–max range overlaps the baseline's: not distinguishable from "
-        "run-to-run noise. Shares: of the run's wall time; `off`: the run's measurement was off. "
+        + f"`~`: not distinguishable from run-to-run noise; `(unconfirmed)`: one run on a side, `{CONFIRM}` "
+        "confirms it; `same as X`: ran X's effective settings (a setting not applied on this machine). "
+        + "Quality: median [min–max] over repeats, `(lower)` below the baseline's beyond that spread. "
+        "Shares: of the run's wall time; `off`: the run's measurement was off. "
         + (
             "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
             "(`cold_cache=true`), `warm` runs may have read them from memory."
@@ -131,35 +133,63 @@ def training_section(
             "`cold_cache=true` drops them first)."
         ),
         "",
+        f"Decision rule: {RULE}",
+        "",
     ]
     return lines
 
 
+def _summary_line(configs: list[Configuration], baseline: Configuration | None, path: str) -> list[str]:
+    """hyperfine's "X ran N ± σ times faster than Y" for the fastest configuration, said only when
+    the decision supports it; otherwise what the evidence does support."""
+    others = [c for c in configs if c is not baseline and c.same_as is None and c.spread(path).mean is not None]
+    fastest = max(others, key=lambda c: c.spread(path).mean, default=None)
+    if baseline is None or baseline.spread(path).mean is None:
+        return []
+    if fastest is None or fastest.spread(path).mean <= baseline.spread(path).mean:
+        return [f"Summary: the baseline, `{baseline.label}`, is the fastest configuration.", ""]
+    decision, ratio = decide(fastest, baseline, path), fmt_mean_speedup(fastest, baseline, path).lstrip("~")
+    ratio = ratio.removesuffix(" (unconfirmed)").rstrip("×")
+    if decision.distinguishable:
+        line = (
+            f"Summary: `{fastest.label}` ran **{ratio} times faster** than `{baseline.label}`. "
+            f"{LEVEL:.0%} confidence interval of the ratio: {fmt_interval(fastest, baseline, path)}."
+        )
+    elif decision.distinguishable is None:
+        line = (
+            f"Summary: `{fastest.label}` has the highest mean, {ratio} times `{baseline.label}`'s, unconfirmed: "
+            f"one run on a side (`{CONFIRM}` confirms it)."
+        )
+    else:
+        line = (
+            f"Summary: no configuration is distinguishable from `{baseline.label}`: the fastest mean, "
+            f"`{fastest.label}`'s, is {ratio} times the baseline's, within run-to-run noise "
+            f"({LEVEL:.0%} interval {fmt_interval(fastest, baseline, path)} includes 1)."
+        )
+    return [line, ""]
+
+
 def repeats_section(configs: list[Configuration], baseline: Configuration | None) -> list[str]:
     """images/s the way hyperfine reports repeated timings: mean ± σ, min … max, and each
-    configuration's speed-up over the baseline with its uncertainty; then a summary line for the
-    fastest configuration. Only where some configuration was repeated."""
+    configuration's speed-up over the baseline with its uncertainty and the interval that decides
+    it; then a summary line for the fastest configuration. Only where some configuration was repeated."""
     path = "train.images_per_s"
     if not any(c.spread(path).n > 1 for c in configs):
         return []
-    headers = ["configuration", "runs", "images/s mean ± σ", "min … max", "speed-up ± σ"]
+    headers = ["configuration", "runs", "images/s mean ± σ", "min … max", "speed-up ± σ", f"{LEVEL:.0%} interval"]
     rows = [
         [c.label, _runs_cell(c), fmt_pm(c.spread(path).mean, c.spread(path).std), fmt_min_max(c.spread(path))]
-        + [fmt_mean_speedup(c, baseline, path)]
+        + [fmt_mean_speedup(c, baseline, path), fmt_interval(c, baseline, path)]
         for c in configs
     ]
-    lines = ["## Repeated timings", "", *md_table(headers, rows, right={1, 2, 3, 4}), ""]
-    measured = [c for c in configs if c.spread(path).mean is not None]
-    fastest = max(measured, key=lambda c: c.spread(path).mean, default=None)
-    if baseline is not None and fastest is not None and fastest is not baseline:
-        ratio = fmt_mean_speedup(fastest, baseline, path).rstrip("×")
-        lines += [f"Summary: `{fastest.label}` ran **{ratio} times faster** than `{baseline.label}`.", ""]
-    elif fastest is not None and baseline is not None:
-        lines += [f"Summary: the baseline, `{fastest.label}`, is the fastest configuration.", ""]
+    lines = ["## Repeated timings", "", *md_table(headers, rows, right={1, 2, 3, 4, 5}), ""]
+    lines += _summary_line(configs, baseline, path)
     lines += [
         "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
         '"mean ± σ"); speed-up: ratio of mean images/s to the baseline\'s, its σ propagated from both '
-        "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ.",
+        "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ. Interval: of the ratio of "
+        "geometric means, by Welch's t; `~`, `(unconfirmed)` and the summary are the training table's one "
+        "decision (its decision rule), never a second opinion.",
         "",
     ]
     return lines
@@ -178,11 +208,10 @@ def data_parallel_section(configs: list[Configuration], baseline: Configuration 
     headers = ["configuration", "ranks", "images/s (all ranks)", "per rank", "speed-up", "scaling efficiency"]
     headers += ["slowest rank", "its lag ms"]
     base_ranks = _ranks(baseline) if baseline else None
-    base = baseline.stat("train.images_per_s") if baseline else Stat(0, None, None, None)
     rows = []
     for c in configs:
         ranks, throughput = _ranks(c), c.stat("train.images_per_s")
-        ips, ratio = throughput.median, median_ratio(throughput, base)
+        ips, ratio = throughput.median, decide(c, baseline).speedup
         efficiency = None if ratio is None else ratio / (ranks / base_ranks)
         slowest = Counter(r for r in c.values("distributed.slowest_rank") if r is not None)
         lag = c.stat("distributed.slowest_lag_s").median
@@ -197,7 +226,7 @@ def data_parallel_section(configs: list[Configuration], baseline: Configuration 
                 str(ranks),
                 fmt_num(ips),
                 fmt_num(None if ips is None else ips / ranks),
-                "n/a" if ratio is None else f"{ratio:.2f}×",
+                "1.00×" if c is baseline else fmt_median_speedup(c, baseline),
                 "n/a" if efficiency is None else f"{efficiency:.0%}",
                 slowest_text,
                 fmt_num(None if lag is None else lag * 1000, 2),
@@ -230,6 +259,22 @@ def inference_section(configs: list[Configuration], ratios: bool) -> list[str]:
             row.append("n/a" if v is None else f"{v:.4f}")
         rows.append(row)
     return ["## Inference", "", *md_table(headers, rows, right=set(range(1, 8))), ""]
+
+
+def warnings_section(flags: list[Flag], configs: list[Configuration], baseline: Configuration | None) -> list[str]:
+    """What may make a number mean less than it seems (segperf.report.flags), as hyperfine warns:
+    settings not applied, runs on a busy machine, an outlying first job, quality that fell, and
+    speed-ups that one run cannot confirm."""
+    lines = ["## Warnings", ""]
+    lines += [f"- {flag.text}" for flag in flags]
+    unconfirmed = [c.label for c in configs if decide(c, baseline).unconfirmed]
+    if unconfirmed:
+        names = ", ".join(f"`{label}`" for label in unconfirmed)
+        lines.append(
+            f"- {names}: one run on a side, so {'its speed-up is' if len(unconfirmed) == 1 else 'their speed-ups are'} "
+            f"unconfirmed, shown as `(unconfirmed)`; `{CONFIRM}` confirms {'it' if len(unconfirmed) == 1 else 'them'}."
+        )
+    return [*lines, *([] if len(lines) > 2 else ["None."]), ""]
 
 
 def failed_section(sweep: Sweep) -> list[str]:

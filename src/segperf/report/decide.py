@@ -1,0 +1,71 @@
+"""One decision per configuration: its speed-up over the baseline, and whether that is more than noise.
+
+Every place the report states a speed-up (the training table's `~`, the hyperfine-style mean ± σ
+table and its summary line, the charts, report.json) reads `decide`, so they cannot disagree:
+
+- the baseline is "baseline";
+- a configuration that ran the same effective settings as an earlier one (a setting adjusted
+  away, segperf.report.settings) is "same as X" and gets no speed-up;
+- with fewer than MIN_RUNS completed runs on a side the ratio is shown but unconfirmed
+  (`distinguishable` None): `+repeat=0,1,2` confirms it;
+- otherwise Welch's t-test on log images/s at LEVEL (segperf.report.stats.compare_throughput)
+  decides: distinguishable when the interval of the ratio of geometric means excludes 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from segperf.report.stats import LEVEL, MIN_RUNS, Comparison, compare_throughput, median_ratio, speedup
+from segperf.report.sweep import Configuration
+
+THROUGHPUT = "train.images_per_s"
+CONFIRM = "+repeat=0,1,2"
+RULE = (
+    f"a speed-up is distinguishable from run-to-run noise when Welch's t-test on log images/s rejects "
+    f'"no difference" at the {1 - LEVEL:.0%} level (two-sided): the {LEVEL:.0%} confidence interval of the '
+    f"ratio of geometric means excludes 1. It needs {MIN_RUNS} completed runs on each side; with fewer the "
+    f"ratio is unconfirmed (`{CONFIRM}` confirms it)."
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`config` against the baseline on one throughput path. `speedup`: ratio of medians (the
+    tables' number); `mean_speedup`: hyperfine's ratio of means with its propagated σ; `test`:
+    the Welch comparison that decides; `distinguishable`: True/False, None = cannot be decided."""
+
+    kind: str  # "baseline" | "same" | "ratio" | "n/a"
+    speedup: float | None = None
+    mean_speedup: tuple[float, float | None] | None = None
+    test: Comparison | None = None
+    distinguishable: bool | None = None
+    same_as: str | None = None
+
+    @property
+    def unconfirmed(self) -> bool:
+        return self.kind == "ratio" and self.distinguishable is None and self.speedup is not None
+
+
+def baseline_of(configs: list[Configuration], path: str = THROUGHPUT) -> Configuration | None:
+    """The first configuration with a throughput: by convention sweeps list the baseline first."""
+    return next((c for c in configs if c.stat(path).median is not None), None)
+
+
+def decide(config: Configuration, baseline: Configuration | None, path: str = THROUGHPUT) -> Decision:
+    """The decision for `config` (see the module docstring); "n/a" without a baseline (none, or
+    runs from machines that may not be compared) or without a measured throughput."""
+    if baseline is None:
+        return Decision("n/a")
+    if config is baseline:
+        return Decision("baseline", speedup=1.0, distinguishable=False)
+    if config.same_as is not None:
+        # it ran what `same_as` ran: no difference to decide, whatever the timings say
+        same_as_baseline = config.same_as == baseline.label
+        return Decision("same", distinguishable=False if same_as_baseline else None, same_as=config.same_as)
+    ratio = median_ratio(config.stat(path), baseline.stat(path))
+    if ratio is None:
+        return Decision("n/a")
+    test = compare_throughput(config.values(path), baseline.values(path))
+    mean = speedup(config.spread(path), baseline.spread(path))
+    return Decision("ratio", ratio, mean, test, test.distinguishable)

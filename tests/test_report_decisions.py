@@ -1,0 +1,224 @@
+"""Numbers a user can act on: the report (and report.json beside it) never calls noise a speed-up,
+shows settings the machine did not apply as not applied, and warns about busy machines, outlying
+first jobs and quality that fell. All from hand-written results.json files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from segperf.report import build_report
+from segperf.report.sweep import load_sweep
+from tests.test_report import PNG_MAGIC, REPEATS, make_results, table_rows, write_sweep
+
+PIN_CPU = Path(__file__).parent / "fixtures" / "sweep_pin_cpu"  # pin=off,on on a CPU, one run each
+AXES = {"workers": 0, "pin": False, "precision": "32-true", "batch_size": 4}
+NO_PIN = {"data.pin_memory": {"requested": True, "used": False, "reason": "no CUDA device"}}
+
+
+def run(ips: float, seed: int = 0, **fields) -> dict:
+    """make_results with axes changed by the `axes` dict, and any other top-level field."""
+    axes = AXES | fields.pop("axes", {})
+    return make_results(ips, seed=seed, axes=axes, **fields)
+
+
+def report(sweep_dir: Path, out: Path, charts: bool = False) -> tuple[str, dict]:
+    text = build_report(load_sweep(sweep_dir), out, charts_too=charts).read_text()
+    return text, json.loads((out / "report.json").read_text())
+
+
+def by_label(data: dict) -> dict[str, dict]:
+    return {c["label"]: c for c in data["configurations"]}
+
+
+def test_pin_on_without_cuda_is_not_applied_and_same_as_pin_off(tmp_path):
+    text, data = report(PIN_CPU, tmp_path, charts=True)
+    pin_off, pin_on = by_label(data)["pin=off"], by_label(data)["pin=on"]
+    assert data["baseline"] == "pin=off"
+    assert pin_on["images_per_s"]["median"] / pin_off["images_per_s"]["median"] > 1.1  # noise and job order
+    assert (pin_on["applied"], pin_on["same_as"], pin_on["distinguishable"], pin_on["speedup"]) == (
+        False,
+        "pin=off",
+        False,
+        None,
+    )
+    assert pin_on["not_applied"]["pin"]["used"] is False and pin_on["runs"] == 1
+    assert (pin_off["applied"], pin_off["same_as"]) == (True, None)
+    assert table_rows(text, "## Training")["pin=on"][3] == "not applied: same as pin=off"
+    assert "`pin=on`: pin was not applied (requested True, ran with False): no CUDA device" in text
+    assert "×" not in table_rows(text, "## Training")["pin=on"][3]
+    assert (tmp_path / "training_throughput.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_seed_sweep_with_one_run_each_finds_nothing_distinguishable(tmp_path):
+    sweep = write_sweep(tmp_path / "s", {"0_seed=0": run(2.0, seed=0), "1_seed=1": run(2.3, seed=1)})
+    text, data = report(sweep, tmp_path / "out")
+    assert [(c["label"], c["runs"]) for c in data["configurations"]] == [("run", 2)]  # seeds are repeats
+    assert not any(c["distinguishable"] for c in data["configurations"])
+    assert "times faster" not in text
+
+
+def test_one_run_each_states_no_speedup_as_fact(tmp_path):
+    sweep = write_sweep(tmp_path / "s", {"0_workers=off": run(2.0), "1_workers=auto": run(2.28, axes={"workers": 2})})
+    text, data = report(sweep, tmp_path / "out")
+    auto = by_label(data)["workers=auto"]
+    assert (auto["distinguishable"], auto["unconfirmed"], round(auto["speedup"], 2)) == (None, True, 1.14)
+    assert table_rows(text, "## Training")["workers=auto"][3] == "1.14× (unconfirmed)"
+    assert "`workers=auto`: one run on a side, so its speed-up is unconfirmed" in text
+    assert "`+repeat=0,1,2` confirms it" in text
+
+
+def test_deconv_with_three_repeats_is_a_distinguishable_speedup(tmp_path):
+    jobs, i = {}, 0
+    for repeat in range(3):  # upsample=upconv,deconv +repeat=0,1,2; axes without upsample, as older runs wrote
+        for upsample, ips in (("upconv", [1.95, 2.03, 1.99]), ("deconv", [3.02, 2.91, 3.06])):
+            jobs[f"{i}_+repeat={repeat},upsample={upsample}"] = run(ips[repeat], process_job=i)
+            i += 1
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    deconv = by_label(data)["upsample=deconv"]
+    assert (deconv["runs"], deconv["distinguishable"], deconv["same_as"]) == (3, True, None)
+    assert deconv["speedup_interval"][0] > 1.0 and round(deconv["speedup"], 2) == 1.52
+    assert table_rows(text, "## Training")["upsample=deconv"][3] == "1.52×"
+    assert table_rows(text, "## Repeated timings")["upsample=deconv"][4].startswith("1.5")
+    assert "`upsample=deconv` ran **1.51 ± 0.05 times faster** than `upsample=upconv`." in text
+
+
+def test_noise_is_never_summarized_as_faster(tmp_path):
+    jobs = {}
+    for seed, (a, b) in enumerate([(2.0, 2.15), (2.2, 2.3), (2.1, 2.25)]):
+        jobs[f"{2 * seed}_seed={seed},workers=off"] = run(a, seed=seed)
+        jobs[f"{2 * seed + 1}_seed={seed},workers=auto"] = run(b, seed=seed, axes={"workers": 2})
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    assert by_label(data)["workers=auto"]["distinguishable"] is False
+    assert table_rows(text, "## Training")["workers=auto"][3] == "~1.07×"
+    assert table_rows(text, "## Repeated timings")["workers=auto"][4].startswith("~")
+    assert "times faster" not in text
+    assert "Summary: no configuration is distinguishable from `workers=off`" in text
+
+
+def test_report_json_holds_the_contract_beside_report_md(tmp_path):
+    text, data = report(REPEATS, tmp_path)
+    contract = {"label", "overrides", "runs", "images_per_s", "speedup", "distinguishable", "applied", "same_as"}
+    assert all(contract | {"quality"} <= set(c) for c in data["configurations"])
+    assert data["baseline"] == "data.num_workers=0"
+    first, noisy, fast = data["configurations"]
+    assert first["images_per_s"] | {"mean": 0, "std": 0} == {"median": 2.1, "min": 2.0, "max": 2.2, "mean": 0, "std": 0}
+    assert [c["distinguishable"] for c in data["configurations"]] == [False, False, True]
+    assert fast["overrides"] == {"data.num_workers": "2", "train_images": "64"} and fast["speedup"] == 2.0
+    assert fast["quality"]["lower_than_baseline"] is False  # judged (3 runs a side): not lower
+    assert (fast["quality"]["metric"], fast["quality"]["median"]) == ("val_dice", 0.9)
+    assert "Decision rule: a speed-up is distinguishable" in text and data["decision"]["level"] == 0.95
+    assert "## Warnings\n\nNone." in text  # results.json from before machine_load/process_job load as before
+    assert sorted(p.name for p in tmp_path.iterdir() if "report" in p.name) == ["report.json", "report.md"]
+
+
+def test_a_compile_that_fell_back_to_eager_is_shown_not_applied(tmp_path):
+    fell_back = {"model.compile": {"requested": True, "used": False, "reason": "torch.compile failed"}}
+    jobs = {
+        "0_compile=off,workers=off": run(2.0, axes={"compile": False}),
+        "1_compile=on,workers=auto": run(3.0, axes={"compile": True, "workers": 2}, adjusted=fell_back),
+        "2_compile=off,workers=auto": run(2.9, axes={"compile": False, "workers": 2}),
+    }
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    on, off = by_label(data)["compile=on, workers=auto"], by_label(data)["compile=off, workers=auto"]
+    assert (on["applied"], on["same_as"]) == (False, None)  # nothing ran its settings before it
+    assert table_rows(text)["compile=on, workers=auto"][3] == "1.50× (unconfirmed) (compile not applied)"
+    # the later configuration that asked for what actually ran is the same as it
+    assert (off["same_as"], off["speedup"], off["distinguishable"]) == ("compile=on, workers=auto", None, None)
+    assert table_rows(text)["compile=off, workers=auto"][3] == "same as compile=on, workers=auto"
+
+
+def test_ladder_presets_compare_by_what_they_turned_on(tmp_path):
+    workers = {"workers": 2, "prefetch": 2}
+    jobs = {
+        "0_+opt=0_baseline": run(2.0),
+        "1_+opt=2_workers": run(2.2, axes=workers),
+        "2_+opt=3_pin": run(2.4, axes=workers | {"pin": True}, adjusted=NO_PIN),
+    }
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    pin = by_label(data)["+opt=3_pin"]
+    assert (pin["same_as"], pin["applied"], pin["speedup"], pin["distinguishable"]) == (
+        "+opt=2_workers",
+        False,
+        None,
+        None,  # the same as a configuration that is not the baseline: read that one's row
+    )
+    assert table_rows(text)["+opt=3_pin"][3] == "not applied: same as +opt=2_workers"
+
+
+def test_onnxruntime_ignoring_compile_makes_it_the_same_as_without(tmp_path):
+    def infer(ips: float, compile_: bool) -> dict:
+        adjusted = {"compile": {"requested": True, "used": False, "reason": "own graph"}} if compile_ else {}
+        return {
+            "status": "completed",
+            "kind": "inference",
+            "axes": {"compile": compile_, "runtime": "onnxruntime", "precision": "32-true"},
+            "adjusted": adjusted,
+            "inference": {"end_to_end_images_per_s": ips, "model_images_per_s": ips * 3},
+        }
+
+    jobs = {
+        "0_compile=off,runtime=onnxruntime": infer(10.0, False),
+        "1_compile=on,runtime=onnxruntime": infer(11.0, True),
+    }
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    assert table_rows(text, "## Inference")["compile=on"][3] == "not applied: same as compile=off"
+    assert data["inference"]["configurations"][1]["same_as"] == "compile=off"
+
+
+def _machine_load(one_minute: float, job: int) -> dict:
+    load = {"loadavg_start": [one_minute, 0.5, 0.3], "loadavg_end": [1.9, 1.0, 0.5], "cores": 2}
+    return {"machine_load": load | {"cpu_mhz_start": 2450.0, "cpu_mhz_end": None}, "process_job": job}
+
+
+def test_a_run_that_started_on_a_busy_machine_is_flagged_but_the_sweeps_own_load_is_not(tmp_path):
+    long_job = {"resources": {"cpu_mean_percent": 190.0}, "accounted": {"run_wall_s": 300.0}}
+    jobs = {
+        "0_+repeat=0": run(2.0, **_machine_load(0.1, 0), **long_job),
+        "1_+repeat=1": run(2.02, **_machine_load(1.95, 1), **long_job),  # job 0's own 1.9 cores, still in the average
+        "2_+repeat=2": run(1.98, **_machine_load(4.2, 2), **long_job),  # ~2.3 more than the sweep itself
+        "3_+repeat=3": run(2.01),  # recorded no load (an older results.json): not judged
+    }
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    runs = data["configurations"][0]["run_details"]
+    assert [r["busy"] for r in runs] == [False, False, True, None]
+    warnings = [w for w in data["warnings"] if w["kind"] == "busy"]
+    assert [w["job"] for w in warnings] == [2]
+    assert "job 2 (`run`) started on a busy machine: 1-minute load average 4.20 on 2 usable cores" in text
+    assert "CPU clock 2,450 MHz at its start" in text
+
+
+def test_an_outlying_first_job_of_a_sweep_process_is_flagged(tmp_path):
+    def sweep(name: str, first: float) -> Path:
+        jobs = {f"{i}_+repeat={i}": run(ips, process_job=i) for i, ips in enumerate([first, 2.0, 2.05])}
+        return write_sweep(tmp_path / name, jobs)
+
+    text, data = report(sweep("slow", 1.4), tmp_path / "out")
+    assert data["configurations"][0]["first_job_outlier"] == 0
+    assert "job 0 (`run`), the first job of its sweep process, ran 1.40 images/s, 31% slower than the median" in text
+    text, data = report(sweep("steady", 1.97), tmp_path / "out2")  # within noise of the others
+    assert data["configurations"][0]["first_job_outlier"] is None and "first job of its sweep process" not in text
+
+
+def test_quality_that_fell_beyond_the_spread_of_repeats_is_marked(tmp_path):
+    jobs, i = {}, 0
+    dice = {"workers=off": [0.90, 0.91, 0.89], "workers=auto": [0.80, 0.82, 0.81], "workers=4": [0.90, 0.89, 0.905]}
+    for seed in range(3):
+        for label, (workers, values) in zip(dice, enumerate(dice.values()), strict=True):
+            quality = {"val_pixel_accuracy": 0.9, "val_dice": values[seed]}
+            jobs[f"{i}_seed={seed},{label}"] = run(2.0 + workers, seed=seed, axes={"workers": workers}, quality=quality)
+            i += 1
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out", charts=True)
+    rows = table_rows(text, "## Training")
+    assert rows["workers=auto"][9] == "0.810 [0.800–0.820] (lower)"
+    assert rows["workers=4"][9] == "0.900 [0.890–0.905]"  # within the baseline's spread: not marked
+    assert [c["quality"]["lower_than_baseline"] for c in data["configurations"]] == [None, True, False]
+    assert "`workers=auto`: val Dice 0.810 [0.800–0.820] is lower than the baseline's 0.900" in text
+    assert (tmp_path / "out" / "quality.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_quality_of_single_runs_is_not_judged(tmp_path):
+    jobs = {"0_workers=off": run(2.0), "1_workers=auto": run(3.0, axes={"workers": 2}, quality={"val_dice": 0.5})}
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    assert by_label(data)["workers=auto"]["quality"]["lower_than_baseline"] is None
+    assert table_rows(text)["workers=auto"][9] == "0.500"
