@@ -19,8 +19,10 @@ from segperf.data.synthetic import generate  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 # no progress bar or model summary in the test output; a logged step for every step
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.log_every_n_steps=1"]
-# small everything: 64x96 model input (divisible by 16), 240x160 source images
+# small everything: 64x96 model input (divisible by 16), 240x160 source images; no peak probe (~1 s per
+# run on a busy machine, where it is not cached; tests/test_peak.py and test_measurement.py run it)
 TINY = [
+    "perf.peak_probe=false",
     "data.height=64",
     "data.width=96",
     "train_images=8",
@@ -55,6 +57,7 @@ TINY_CARVANA_SUMMARY = {
 
 # the CPU study's workload, tiny: 256 built-in training digits, 64 test digits, batch 32
 MNIST_TINY = [
+    "perf.peak_probe=false",
     "model=cnn",
     "data=mnist",
     "train_images=128",

@@ -89,12 +89,17 @@ def test_driver_names_normalise_to_lightning_chip_names(name, chip):
     assert chip_name(name) == chip
 
 
-def test_h200_names_resolve_to_a_peak_above_a_petaflop_in_bf16():
-    assert peak_flops_for_name("NVIDIA H200", "bf16-mixed", tf32=False) > 1e15
-    assert peak_flops_for_name("NVIDIA H200 NVL", "bf16-mixed", tf32=False) > 1e15
-    assert peak_flops_for_name("NVIDIA H200", "bf16-mixed", tf32=False) > peak_flops_for_name(
-        "NVIDIA H200 NVL", "bf16-mixed", tf32=False
+def test_h200_peaks_are_dense_not_lightnings_with_sparsity_figures():
+    # Lightning's H200 rows are NVIDIA's with-sparsity figures (2.0e15 bf16 on SXM); training is dense
+    assert peak_flops_for_name("NVIDIA H200", "bf16-mixed", tf32=False) == pytest.approx(989.4e12)
+    assert peak_flops_for_name("NVIDIA H200", "32-true", tf32=True) == pytest.approx(494.7e12)
+    assert peak_flops_for_name("NVIDIA H200 NVL", "bf16-mixed", tf32=False) == pytest.approx(835.5e12)
+    assert peak_flops_for_name("NVIDIA H100 NVL", "16-mixed", tf32=False) == pytest.approx(835.5e12)
+    # the same GH100 compute as an H100 SXM; the non-tensor-core fp32 figure is kept
+    assert peak_flops_for_name("NVIDIA H200", "bf16-mixed", tf32=False) == peak_flops_for_name(
+        "NVIDIA H100 80GB HBM3", "bf16-mixed", tf32=False
     )
+    assert peak_flops_for_name("NVIDIA H200", "32-true", tf32=False) == pytest.approx(6.7e13)
 
 
 def test_fp32_reports_the_tf32_peak_only_when_tf32_is_on():
@@ -137,13 +142,22 @@ def test_mfu_is_achieved_over_peak_and_none_when_anything_is_missing(args, expec
     assert mfu(*args) == (expected if expected is None else pytest.approx(expected))
 
 
-def test_throughput_summary_on_cpu_has_flops_but_no_mfu():
+def test_throughput_summary_on_cpu_has_flops_but_no_spec_sheet_mfu():
     s = throughput_summary(2.0, 6.0, UPCONV, IMAGE, "cpu", "32-true")
     assert s["train_flops_per_image"] == flops_per_image(UPCONV, IMAGE, training=True)
     assert s["val_flops_per_image"] == flops_per_image(UPCONV, IMAGE, training=False)
     assert s["achieved_train_flops_per_s"] == pytest.approx(2.0 * s["train_flops_per_image"])
     assert s["peak_flops_per_s"] is None and s["mfu"] is None
+    assert s["measured_peak"] is None and s["measured_mfu"] is None  # no probe asked for
     json.dumps(s)
+
+
+def test_throughput_summary_has_mfu_against_a_measured_peak_on_the_cpu():
+    peak = {"flops_per_s": 1e11, "method": "torch.matmul ...", "cached": True, "source": "measured"}
+    s = throughput_summary(2.0, None, DECONV, (3, 64, 96), "cpu", "32-true", measured_peak=peak)
+    assert s["measured_peak"] == peak
+    assert s["measured_mfu"] == pytest.approx(2.0 * s["train_flops_per_image"] / 1e11)
+    assert s["mfu"] is None  # still no spec sheet for a CPU
 
 
 def test_throughput_summary_without_a_train_rate_has_no_achieved_flops():
@@ -161,7 +175,7 @@ def fake_cuda(monkeypatch, name: str) -> None:
 
 def test_peak_flops_on_a_cuda_h200_uses_the_normalised_name(monkeypatch):
     fake_cuda(monkeypatch, "NVIDIA H200")
-    assert peak_flops("cuda:0", "bf16-mixed") == pytest.approx(2e15)
+    assert peak_flops("cuda:0", "bf16-mixed") == pytest.approx(989.4e12)
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     assert peak_flops("cuda", "32-true") == peak_flops_for_name("NVIDIA H200", "32-true", tf32=True)
 

@@ -28,8 +28,11 @@ def measured_run(tmp_path_factory, tiny_carvana):
     from tests.conftest import TINY, compose_config
 
     run_dir = tmp_path_factory.mktemp("measured")
-    cfg = compose_config(*TINY, f"data.root={tiny_carvana}", "train_images=24", "val_every_images=12")
-    return run_dir, train(cfg, run_dir)
+    overrides = [*TINY, f"data.root={tiny_carvana}", "train_images=24", "val_every_images=12", "perf.peak_probe=true"]
+    cfg = compose_config(*overrides)
+    with pytest.MonkeyPatch.context() as patch:  # the peak is measured into an empty cache, not the user's
+        patch.setenv("SEGPERF_CACHE", str(tmp_path_factory.mktemp("cache")))
+        return run_dir, train(cfg, run_dir)
 
 
 def test_phases_cover_the_seed_table_and_account_for_at_least_95_percent(measured_run):
@@ -73,10 +76,29 @@ def test_resources_jitter_throughput_and_verdict_are_numbers(measured_run):
     assert 0 <= jitter["starved"]["fraction"] <= 1
     throughput = results["throughput"]
     assert throughput["train_flops_per_image"] > throughput["val_flops_per_image"] > 0
-    assert throughput["mfu"] is None  # no known peak for a CPU
+    assert throughput["mfu"] is None  # no spec-sheet peak for a CPU
     assert results["train"]["images_per_s"] > 0 and results["train"]["val_images_per_s"] > 0
     assert results["verdict"]["kind"] in {"compute-bound", "overhead-bound", "warm-up-bound", "data-bound"}
     assert results["machine"]["cpu_available"] >= 1
+
+
+def test_mfu_on_the_cpu_is_against_the_peak_measured_on_this_machine(measured_run):
+    run_dir, results = measured_run
+    throughput = results["throughput"]
+    peak = throughput["measured_peak"]
+    assert peak["source"] == "measured" and peak["cached"] is False  # an empty cache: measured by this run
+    assert peak["flops_per_s"] > 0 and peak["method"].startswith("torch.matmul")
+    assert throughput["measured_mfu"] == pytest.approx(throughput["achieved_train_flops_per_s"] / peak["flops_per_s"])
+    text = (run_dir / "summary.txt").read_text()
+    assert f"MFU (measured peak)     {throughput['measured_mfu']:.1%}" in text
+
+
+def test_the_machine_load_around_the_run_is_recorded(measured_run):
+    run_dir, results = measured_run
+    load = results["machine_load"]
+    assert len(load["loadavg_start"]) == len(load["loadavg_end"]) == 3 and load["cores"] >= 1
+    assert isinstance(results["process_job"], int)
+    assert "1-min load" in (run_dir / "summary.txt").read_text()
 
 
 def test_tensorboard_gets_phase_and_resource_scalars_jitter_histograms_and_hparams(measured_run):

@@ -205,6 +205,7 @@ class PathsSchema:
 class PerfSchema:
     measure: bool = MISSING
     sample_interval_s: float = MISSING
+    peak_probe: bool = MISSING
 
 
 @dataclass

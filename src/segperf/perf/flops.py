@@ -7,11 +7,13 @@ FlopCounterMode) on whatever net the caller passes, through a twin of it on the 
 shapes propagate, no memory is allocated and nothing is computed, so counting costs a fraction
 of a second on any machine. Nothing here knows which nets exist.
 
-Peaks come from Lightning's table (`_CUDA_FLOPS`), read by our own name parser because
-Lightning only recognises H200 names containing "sxm1"/"nvl1", while the driver reports a
-plain "NVIDIA H200" (or "NVIDIA H200 NVL"). Caveat: Lightning's H200 rows are NVIDIA's
-with-sparsity figures (bf16 2.0e15 on SXM vs ~0.99e15 dense), so MFU on an H200 reads about
-half of what a dense-peak MFU would.
+Spec-sheet peaks come from Lightning's table (`_CUDA_FLOPS`), read by our own name parser
+because Lightning only recognises H200 names containing "sxm1"/"nvl1", while the driver reports
+a plain "NVIDIA H200" (or "NVIDIA H200 NVL"). Lightning's H200 and H100 NVL rows are NVIDIA's
+with-sparsity tensor-core figures (bf16 2.0e15 on an H200 SXM, 0.99e15 dense); training runs
+dense, so DENSE_ROWS replaces those with the dense figures (half), and MFU is against them.
+The achievable peak, measured on the machine itself (any device, the CPU included), is
+segperf.perf.peak's; the run reports MFU against both.
 """
 
 from __future__ import annotations
@@ -55,6 +57,22 @@ _CHIP_RULES: tuple[tuple[str, str], ...] = (
     (r"\bv100s-pcie", "v100s pcie"),
     (r"\bt4\b", "t4"),
 )
+# Lightning rows that hold with-sparsity tensor-core figures, as dense ones (NVIDIA's datasheets mark the
+# sparse figures with an asterisk; dense is half). H200 SXM: the H100 SXM's dense figures (same GH100
+# compute); H200 NVL and H100 NVL (94 GB, per GPU): TF32 835*, BF16/FP16 1,671*, INT8 3,341* TFLOPS.
+DENSE_ROWS: dict[str, dict[torch.dtype | str, float]] = {
+    "h200 sxm1": {"tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12, torch.int8: 1978.9e12},
+    "h200 nvl1": {"tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12, torch.int8: 1670.5e12},
+    "h100 nvl": {
+        torch.float64: 30e12,  # Lightning's fp32/fp64 here are a pair of GPUs'
+        torch.float32: 60e12,
+        "tfloat32": 417.5e12,
+        torch.bfloat16: 835.5e12,
+        torch.float16: 835.5e12,
+        torch.int8: 1670.5e12,
+    },
+}
+
 # Names we resolve to "no known peak" on purpose, which Lightning's parser would misread (an L40S as
 # an L4): the fallback to get_available_flops must not undo that.
 _NOT_IN_TABLE = re.compile(r"\bl40s\b|\bgh200\b")
@@ -94,7 +112,7 @@ def chip_name(device_name: str) -> str:
 
 
 def peak_flops_for_name(device_name: str, precision: str, tf32: bool) -> float | None:
-    """Theoretical peak FLOP/s of a CUDA device named `device_name` at a Lightning `precision`.
+    """Theoretical dense peak FLOP/s of a CUDA device named `device_name` at a Lightning `precision`.
 
     `tf32` says float32 matmuls run on tensor cores (Ampere or later and
     `torch.get_float32_matmul_precision() != "highest"`); then "32-true" reports the tf32 peak, as
@@ -102,12 +120,14 @@ def peak_flops_for_name(device_name: str, precision: str, tf32: bool) -> float |
     peak is better than a wrong one. Pure and GPU-free, so it is testable anywhere.
     """
     dtype = PRECISION_DTYPES.get(str(precision))
-    table = _CUDA_FLOPS.get(chip_name(device_name))
+    chip = chip_name(device_name)
+    table = _CUDA_FLOPS.get(chip)
     if dtype is None or table is None:
         return None
     key: torch.dtype | str = dtype
     if dtype is torch.float32 and tf32 and "tfloat32" in table:
         key = "tfloat32"
+    table = {**table, **DENSE_ROWS.get(chip, {})}
     return float(table[key]) if key in table else None
 
 
@@ -189,16 +209,20 @@ def throughput_summary(
     input_shape: Sequence[int],
     device: torch.device | str,
     precision: str,
+    measured_peak: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peak, MFU.
+    """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peaks, MFU.
 
     FLOPs are counted on `net` for one image of `input_shape` (channels, height, width). MFU is
-    computed on training (forward + backward FLOPs); it is None on a CPU, where no peak is known,
-    and whenever the train rate is missing.
+    computed on training (forward + backward FLOPs), against two peaks: the spec sheet's
+    (`peak_flops_per_s`, `mfu`; None on a CPU and on a GPU not in the table) and the one measured
+    on this machine (`measured_peak`, segperf.perf.peak; `measured_mfu`). Each MFU is None
+    whenever the train rate or its peak is missing.
     """
     train_flops = flops_per_image(net, input_shape, training=True)
     val_flops = flops_per_image(net, input_shape, training=False)
     peak = peak_flops(device, precision)
+    measured = (measured_peak or {}).get("flops_per_s")
     return {
         "train_images_per_s": None if train_images_per_s is None else float(train_images_per_s),
         "val_images_per_s": None if val_images_per_s is None else float(val_images_per_s),
@@ -207,4 +231,6 @@ def throughput_summary(
         "achieved_train_flops_per_s": None if train_images_per_s is None else float(train_images_per_s) * train_flops,
         "peak_flops_per_s": peak,
         "mfu": mfu(train_images_per_s, train_flops, peak),
+        "measured_peak": measured_peak,
+        "measured_mfu": mfu(train_images_per_s, train_flops, measured),
     }

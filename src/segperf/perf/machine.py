@@ -23,7 +23,7 @@ _MIB = 2**20
 LIBRARIES = ("torch", "lightning", "torchmetrics", "hydra-core", "numpy", "pillow", "albumentations")
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -112,7 +112,7 @@ def machine_info() -> dict[str, Any]:
     gpus = _gpus()
     cuda, cudnn = _cuda_versions()
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_cores": psutil.cpu_count(logical=False) or threads,
         "cpu_threads": threads,
         "cpu_available": available,

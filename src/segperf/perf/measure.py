@@ -21,6 +21,7 @@ from segperf.perf.device_memory import torch_memory
 from segperf.perf.flops import throughput_summary
 from segperf.perf.jitter import jitter_summary, log_histograms
 from segperf.perf.machine import machine_info
+from segperf.perf.peak import measured_peak
 from segperf.perf.phases import PhaseClock, PhaseProfiler, account_phases, steady_state_batches
 from segperf.perf.sampler import ResourceSampler
 from segperf.perf.verdict import verdict
@@ -43,11 +44,20 @@ class TimedTensorBoardLogger(TensorBoardLogger):
 
 
 class RunMeasurement:
-    def __init__(self, run_dir: Path, clock: PhaseClock, sample_interval_s: float = 0.05, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        clock: PhaseClock,
+        sample_interval_s: float = 0.05,
+        enabled: bool = True,
+        peak_probe: bool = True,
+    ) -> None:
         """`clock`: the run's PhaseClock callback (the callbacks group). `enabled=False` keeps only
         what throughput needs (a few host timestamps per batch), so that a run with and without
-        the measurement shows what the measurement costs."""
+        the measurement shows what the measurement costs. `peak_probe`: MFU against this machine's
+        measured peak too (segperf.perf.peak: ~1 s once per machine and precision, then cached)."""
         self.enabled = enabled
+        self.peak_probe = peak_probe
         self.profiler = PhaseProfiler(dirpath=str(run_dir), filename="lightning-profile") if enabled else None
         self.clock = clock
         gpu_index = sampled_gpu() if torch.cuda.is_available() else None
@@ -138,6 +148,7 @@ class RunMeasurement:
                 net_input_shape(module, trainer),
                 trainer.strategy.root_device,
                 str(trainer.precision),
+                self._measured_peak(results, trainer),
             )
         gpu_percent = results["resources"].get("gpu_util_mean_percent")
         results["verdict"] = verdict(
@@ -148,6 +159,21 @@ class RunMeasurement:
         )
         if trainer is not None:
             self._log_tensorboard(trainer, results, batches)
+
+    def _measured_peak(self, results: dict[str, Any], trainer) -> dict[str, Any] | None:
+        """This machine's achievable peak, after the run so that the probe is in none of its
+        timings; on rank 0 only (it alone reports MFU; ranks probing at once would share the CPU)."""
+        if not (self.peak_probe and results["train"]["images_per_s"] and trainer.is_global_zero):
+            return None
+        try:
+            peak = measured_peak(trainer.strategy.root_device, str(trainer.precision))
+        except Exception as error:  # a probe that fails costs the measured MFU, not the run's record
+            results["notices"].append(f"peak probe failed ({type(error).__name__}: {error}); no measured MFU")
+            return None
+        if not peak["cached"]:
+            rate = peak["flops_per_s"] / 1e12
+            print(f"segperf: measured this machine's peak: {rate:,.3f} TFLOP/s ({peak['method']})")
+        return peak
 
     def _resources(self, trainer) -> dict[str, Any]:
         overall = self.sampler.overall()

@@ -152,7 +152,6 @@ def _jitter_rows(jitter: dict[str, Any]) -> list[str]:
 def _throughput_rows(results: dict[str, Any]) -> list[str]:
     train = results.get("train") or {}
     tp = results.get("throughput") or {}
-    mfu = tp.get("mfu")
     per_rank = (
         [_kv("  of which rank 0", _num(train["rank0_images_per_s"], ",.2f"))] if "rank0_images_per_s" in train else []
     )
@@ -162,9 +161,33 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
         _kv("Val images/s", _num(train.get("val_images_per_s"), ",.2f")),
         _kv("Train GFLOP per image", _gflop(tp.get("train_flops_per_image"))),
         _kv("Achieved TFLOP/s", _num(_scale(tp.get("achieved_train_flops_per_s"), 1e-12), ",.3f")),
-        _kv("Peak TFLOP/s", _num(_scale(tp.get("peak_flops_per_s"), 1e-12), ",.1f")),
-        _kv("MFU", "n/a (no known peak for this device)" if mfu is None else f"{mfu:.1%}"),
+        *_peak_rows(tp),
     ]
+
+
+def _peak_rows(tp: dict[str, Any]) -> list[str]:
+    """MFU against the peak measured here (any device) and against the spec sheet's dense peak."""
+    measured, spec_mfu, measured_mfu = tp.get("measured_peak") or {}, tp.get("mfu"), tp.get("measured_mfu")
+    how = "" if not measured else f" ({'cached: ' if measured.get('cached') else ''}{measured.get('method')})"
+    if measured.get("not_cached"):
+        how += f"; not cached: {measured['not_cached']}"
+    spec_peak = _scale(tp.get("peak_flops_per_s"), 1e-12)
+    return [
+        _kv("Measured peak TFLOP/s", _num(_scale(measured.get("flops_per_s"), 1e-12), ",.3f") + how),
+        _kv(
+            "MFU (measured peak)",
+            "n/a (not measured: perf.peak_probe=false, or no train rate)" if not measured else _pct(measured_mfu),
+        ),
+        _kv(
+            "Spec peak TFLOP/s",
+            "n/a (no spec sheet for this device)" if spec_peak is None else f"{spec_peak:,.1f} (dense)",
+        ),
+        _kv("MFU (spec peak)", "n/a" if spec_mfu is None else _pct(spec_mfu)),
+    ]
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def _gflop(flops: float | None) -> str:

@@ -48,7 +48,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True)
         callbacks = record.use_callbacks([instantiate(c) for c in cfg.callbacks.values()])
         clock = next(c for c in callbacks if isinstance(c, PhaseClock))
-        measurement = record.measurement = RunMeasurement(run_dir, clock, cfg.perf.sample_interval_s, cfg.perf.measure)
+        measurement = record.measurement = RunMeasurement(
+            run_dir, clock, cfg.perf.sample_interval_s, cfg.perf.measure, peak_probe=cfg.perf.peak_probe
+        )
         for note in measurement.hardware_notes():
             print(f"segperf: note: {note}")
 
