@@ -125,13 +125,16 @@ def test_policy_raise_lists_first_five_files_and_how_many_more(data):
         apply_policy(samples, report, "raise")
     message = str(info.value)
     assert isinstance(info.value, ValueError)
-    assert message.startswith(f"7 bad samples in {data} (first 5): ")
+    headline, listing = message.splitlines()
+    assert headline == (
+        f"7 bad samples in {data}: 7 truncated. Fix or remove them, or set data.on_bad_sample=skip to leave them out."
+    )
+    assert listing.startswith("- truncated (7): ")
     for image in damaged[:5]:
-        assert f"{image}: truncated JPEG" in message
+        assert f"{image}: truncated JPEG" in listing
     for image in damaged[5:]:
-        assert str(image) not in message
-    assert "and 2 more" in message
-    assert "data.on_bad_sample=skip" in message
+        assert str(image) not in listing
+    assert listing.endswith("; and 2 more")
     assert message == format_bad(report)
 
 
@@ -151,8 +154,16 @@ def test_policy_skip_leaves_out_bad_samples_with_one_warning(data):
     assert len(kept) == len(samples) - 2
     assert {s.image for s in kept}.isdisjoint({truncated, mismatched})
     assert skipped == [
-        {"path": str(truncated), "reason": "truncated JPEG (no end-of-image marker; header unreadable)"},
-        {"path": str(_mask_of(mismatched)), "reason": "size mismatch: image 240x160 but mask 60x40"},
+        {
+            "path": str(truncated),
+            "reason": "truncated JPEG (no end-of-image marker; header unreadable)",
+            "kind": "truncated",
+        },
+        {
+            "path": str(_mask_of(mismatched)),
+            "reason": "size mismatch: image 240x160 but mask 60x40",
+            "kind": "size mismatch",
+        },
     ]
 
 
@@ -163,7 +174,10 @@ def test_orphan_masks_are_listed_not_fatal(data):
     report = check_samples(samples)
     assert report.orphan_masks == [_mask_of(image)]
     assert report.bad == []
-    assert apply_policy(samples, report, "raise") == (samples, [])
+    with pytest.warns(UserWarning, match=r"1 mask\(s\) without an image .*not used"):
+        kept, skipped = apply_policy(samples, report, "raise")
+    assert kept == samples
+    assert skipped == [{"path": str(_mask_of(image)), "reason": "mask without an image (not used)", "kind": "no image"}]
 
 
 def test_check_does_not_decode_images(data, monkeypatch):

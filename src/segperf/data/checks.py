@@ -5,8 +5,12 @@ and the last bytes of each file are read for its end marker, which is what catch
 downloads. So the check costs a few small reads per file, not a decode, and runs in seconds on the
 5,088 full-size Carvana images.
 
-    report = check_samples(samples, workers=2)
-    samples, skipped = apply_policy(samples, report, policy="raise")  # or "skip"
+    report = check_layout(scan_layout(root), workers=2)
+    samples, skipped = apply_policy(report.samples, report, policy="raise")  # or "skip"
+
+Every problem is found in the one pass, whatever its kind — images without a mask (and masks
+without an image) from the layout, truncated, corrupt, empty, unreadable files and image/mask
+size mismatches from the files — so that the first error lists them all, grouped by kind.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
-from segperf.data.layout import MASK_RE, Sample
+from segperf.data.layout import MASK_RE, Layout, Sample
 from segperf.errors import SegperfError
 
 _TAIL_BYTES = 64
@@ -33,10 +38,24 @@ class BadDataError(SegperfError, ValueError):
     """Samples that cannot be read; the message names them and the two ways out."""
 
 
+# the kinds of problem, in the order an error lists them, and how a count of each reads
+KINDS = {
+    "truncated": "truncated",
+    "corrupt": "corrupt",
+    "empty": "empty",
+    "unreadable": "unreadable",
+    "size mismatch": "image/mask size mismatch",
+    "no mask": "without a mask",
+}
+NO_IMAGE_REASON = "mask without an image (not used)"
+
+
 @dataclass
 class BadSample:
     path: Path
     reason: str
+    kind: str = "corrupt"  # one of KINDS
+    image: Path | None = None  # the image of the sample it spoils (what `skip` leaves out)
 
 
 @dataclass
@@ -46,10 +65,20 @@ class CheckReport:
     seconds: float
     orphan_masks: list[Path] = field(default_factory=list)  # masks without an image: a warning, not fatal
     root: Path | None = None  # the data set folder, for messages
+    samples: list[Sample] = field(default_factory=list)  # the images with a mask, checked or not
 
     @property
     def bad_paths(self) -> set[Path]:
         return {b.path for b in self.bad}
+
+    @property
+    def bad_images(self) -> set[Path]:
+        return {b.image or b.path for b in self.bad}
+
+    def counts(self) -> str:
+        """'1 truncated, 2 without a mask': the problems by kind, in KINDS' order."""
+        found = [(sum(b.kind == kind for b in self.bad), words) for kind, words in KINDS.items()]
+        return ", ".join(f"{n} {words}" for n, words in found if n)
 
 
 def _tail(path: Path, size: int) -> bytes:
@@ -84,42 +113,51 @@ JPEG_IMAGE = FileKind("image", "JPEG", JPEG_SOI, JPEG_EOI, "truncated JPEG (no e
 GIF_MASK = FileKind("mask", "GIF", GIF_MAGIC, GIF_TRAILER, "truncated GIF mask (no trailer byte", "mask is not a GIF")
 
 
-def _check_file(path: Path, kind: FileKind) -> tuple[str | None, tuple[int, int] | None]:
-    """(reason or None, size or None) of one file, from its header and its last bytes only."""
+def _check_file(path: Path, kind: FileKind) -> tuple[str | None, str, tuple[int, int] | None]:
+    """(reason or None, kind of problem, size or None) of one file, from its header and its last bytes only."""
     try:
         size = os.path.getsize(path)
     except OSError as error:
-        return f"unreadable {kind.noun} ({error.strerror or error})", None
+        return f"unreadable {kind.noun} ({error.strerror or error})", "unreadable", None
     if size == 0:
-        return "empty file (0 bytes)", None
+        return "empty file (0 bytes)", "empty", None
     try:
         with Image.open(path) as im:
             fmt, dims = im.format, im.size
+    except PermissionError as error:
+        return f"unreadable {kind.noun} ({error.strerror or error})", "unreadable", None
     except Exception as error:  # PIL raises UnidentifiedImageError, SyntaxError, struct.error, ...
         if _starts_but_not_ends(path, size, kind.magic, kind.end):
-            return f"{kind.truncated}; header unreadable)", None
-        return f"unreadable or corrupt {kind.noun} ({type(error).__name__}: {error})", None
+            return f"{kind.truncated}; header unreadable)", "truncated", None
+        return f"unreadable or corrupt {kind.noun} ({type(error).__name__}: {error})", "corrupt", None
     if fmt != kind.format:
-        return f"{kind.wrong_format} (PIL reads it as {fmt})", None
+        return f"{kind.wrong_format} (PIL reads it as {fmt})", "corrupt", None
     try:
         if not _tail(path, size).endswith(kind.end):
-            return f"{kind.truncated})", dims
+            return f"{kind.truncated})", "truncated", dims
     except OSError as error:
-        return f"unreadable {kind.noun} ({error.strerror or error})", None
-    return None, dims
+        return f"unreadable {kind.noun} ({error.strerror or error})", "unreadable", None
+    return None, "", dims
 
 
-def _check_one(sample: Sample) -> list[BadSample]:
+def _check_one(sample: Sample | tuple[Path, Path]) -> list[BadSample]:
+    """A sample's problems; an (image, expected mask) pair is an image without its mask."""
+    if isinstance(sample, tuple):
+        image, mask = sample
+        reason, kind, _ = _check_file(image, JPEG_IMAGE)
+        found = [BadSample(image, f"no mask ({mask} is missing)", "no mask", image)]
+        return found + ([BadSample(image, reason, kind, image)] if reason else [])
     bad: list[BadSample] = []
-    image_reason, image_size = _check_file(sample.image, JPEG_IMAGE)
-    mask_reason, mask_size = _check_file(sample.mask, GIF_MASK)
+    image_reason, image_kind, image_size = _check_file(sample.image, JPEG_IMAGE)
+    mask_reason, mask_kind, mask_size = _check_file(sample.mask, GIF_MASK)
     if image_reason:
-        bad.append(BadSample(sample.image, image_reason))
+        bad.append(BadSample(sample.image, image_reason, image_kind, sample.image))
     if mask_reason:
-        bad.append(BadSample(sample.mask, mask_reason))
+        bad.append(BadSample(sample.mask, mask_reason, mask_kind, sample.image))
     if not bad and image_size != mask_size:
         (iw, ih), (mw, mh) = image_size, mask_size
-        bad.append(BadSample(sample.mask, f"size mismatch: image {iw}x{ih} but mask {mw}x{mh}"))
+        reason = f"size mismatch: image {iw}x{ih} but mask {mw}x{mh}"
+        bad.append(BadSample(sample.mask, reason, "size mismatch", sample.image))
     return bad
 
 
@@ -137,56 +175,96 @@ def _root(samples: list[Sample]) -> Path | None:
     return roots.pop() if len(roots) == 1 else None
 
 
-def check_samples(samples: list[Sample], workers: int = 1) -> CheckReport:
-    """Check every sample's image and mask without decoding them; `bad` is sorted by path."""
+def check_samples(
+    samples: list[Sample],
+    workers: int = 1,
+    no_mask: Iterable[tuple[Path, Path]] = (),
+    orphan_masks: list[Path] | None = None,
+    root: Path | None = None,
+) -> CheckReport:
+    """Check every sample's image and mask without decoding them, and the images of `no_mask`
+    (image, expected mask) pairs; `bad` is sorted by path. Masks without an image are found in
+    the samples' mask folders unless given."""
     start = time.perf_counter()
-    if workers > 1 and len(samples) > 1:
+    items: list[Sample | tuple[Path, Path]] = [*samples, *no_mask]
+    if workers > 1 and len(items) > 1:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segperf-check") as pool:
-            results = list(pool.map(_check_one, samples))
+            results = list(pool.map(_check_one, items))
     else:
-        results = [_check_one(s) for s in samples]
-    bad = sorted((b for r in results for b in r), key=lambda b: str(b.path))
-    orphans = _orphan_masks(samples)
+        results = [_check_one(s) for s in items]
+    bad = sorted((b for r in results for b in r), key=lambda b: (str(b.path), list(KINDS).index(b.kind)))
     return CheckReport(
-        checked=len(samples),
+        checked=len(items),
         bad=bad,
         seconds=time.perf_counter() - start,
-        orphan_masks=orphans,
-        root=_root(samples),
+        orphan_masks=_orphan_masks(samples) if orphan_masks is None else list(orphan_masks),
+        root=root or _root(samples),
+        samples=list(samples),
     )
+
+
+def check_layout(layout: Layout, workers: int = 1) -> CheckReport:
+    """Every problem of a data folder in one pass: its layout's (an image without a mask, a mask
+    without an image) and every file's."""
+    return check_samples(layout.samples, workers, layout.no_mask, layout.no_image, layout.root)
+
+
+def _first(items: list[str], limit: int) -> str:
+    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
 
 
 def format_bad(report: CheckReport, limit: int = 5) -> str:
-    """One paragraph naming the first `limit` bad files with their reasons, and the two ways out."""
-    n = len(report.bad)
+    """A headline with the counts by kind and the two ways out, then one line per kind naming
+    its first `limit` files with their reasons (and how many more)."""
+    n = len(report.bad_images)
     where = f" in {report.root}" if report.root is not None else ""
-    shown = report.bad[:limit]
-    listing = "; ".join(f"{b.path}: {b.reason}" for b in shown)
-    more = f"; and {n - limit} more" if n > limit else ""
     noun = "sample" if n == 1 else "samples"
-    return (
-        f"{n} bad {noun}{where} (first {len(shown)}): {listing}{more}. "
+    lines = [
+        f"{n} bad {noun}{where}: {report.counts()}. "
         "Fix or remove them, or set data.on_bad_sample=skip to leave them out."
-    )
+    ]
+    for kind, words in KINDS.items():
+        found = [f"{b.path}: {b.reason}" for b in report.bad if b.kind == kind]
+        if found:
+            lines.append(f"- {words} ({len(found)}): {_first(found, limit)}")
+    if report.orphan_masks:
+        orphans = [str(p) for p in report.orphan_masks]
+        lines.append(f"- mask without an image ({len(orphans)}; not used, not an error): {_first(orphans, limit)}")
+    return "\n".join(lines)
 
 
 def apply_policy(samples: list[Sample], report: CheckReport, policy: str = "raise") -> tuple[list[Sample], list[dict]]:
-    """`raise`: BadDataError if anything is bad. `skip`: drop every sample with a bad image or mask.
+    """`raise`: BadDataError listing every problem if anything is bad. `skip`: leave out every
+    sample with a problem of any kind, with one warning that counts them.
 
-    Returns the samples to use and the skipped files as `{"path", "reason"}` dicts (for results.json).
-    The policy arrives checked (segperf.schema's OnBadSample enum).
+    Returns the samples to use and the files left out as `{"path", "reason", "kind"}` dicts (for
+    results.json's dataset.skipped); masks without an image are among them (they are never used),
+    whatever the policy. The policy arrives checked (segperf.schema's OnBadSample enum).
     """
+    orphans = [{"path": str(p), "reason": NO_IMAGE_REASON, "kind": "no image"} for p in report.orphan_masks]
+    where = f" in {report.root}" if report.root is not None else ""
     if not report.bad:
-        return list(samples), []
+        if orphans:
+            warnings.warn(
+                f"{len(orphans)} mask(s) without an image{where}, not used (listed in results.json, "
+                f"dataset.skipped); first: {orphans[0]['path']}",
+                stacklevel=2,
+            )
+        return list(samples), orphans
     if policy == "raise":
         raise BadDataError(format_bad(report))
-    bad_paths = report.bad_paths
-    kept = [s for s in samples if s.image not in bad_paths and s.mask not in bad_paths]
-    skipped = [{"path": str(b.path), "reason": b.reason} for b in report.bad]
-    n_dropped = len(samples) - len(kept)
+    bad_images = report.bad_images
+    kept = [s for s in samples if s.image not in bad_images]
+    skipped = [{"path": str(b.path), "reason": b.reason, "kind": b.kind} for b in report.bad] + orphans
+    total = report.checked
+    if not kept:
+        raise BadDataError(f"data.on_bad_sample=skip leaves no sample to use{where}.\n{format_bad(report)}")
+    also = f"; and {len(orphans)} mask(s) without an image, not used" if orphans else ""
     warnings.warn(
-        f"data.on_bad_sample=skip: left out {n_dropped} of {len(samples)} samples with a bad image or mask "
-        f"({len(report.bad)} bad files; first: {report.bad[0].path}: {report.bad[0].reason}).",
+        f"data.on_bad_sample=skip: left out {total - len(kept)} of {total} samples{where} ({report.counts()}){also}; "
+        f"each is listed with its reason in results.json (dataset.skipped). First: {report.bad[0].path}: "
+        f"{report.bad[0].reason}",
         stacklevel=2,
     )
     return kept, skipped

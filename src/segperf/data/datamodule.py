@@ -12,10 +12,10 @@ from segperf.config import segperf_cache_dir
 from segperf.data.augment import DeviceAugment, HostAugment, seed_worker
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, cache_key, get_cache
-from segperf.data.checks import apply_policy, check_samples
+from segperf.data.checks import apply_policy, check_layout
 from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.dataset import CarvanaDataset
-from segperf.data.layout import Split, find_samples, split_by_car
+from segperf.data.layout import Split, scan_layout, split_by_car
 from segperf.data.synthetic import ensure_synthetic
 from segperf.errors import DataSizeError
 
@@ -96,13 +96,14 @@ class CarvanaDataModule(RunDataModule):
         if self.split is not None:
             return
         root = self.resolve_root()
-        samples = find_samples(root)
-        # headers, sizes and JPEG end markers of every file, before any work (~1 s for 5,088 images)
-        report = check_samples(samples)
-        samples, self.skipped = apply_policy(samples, report, self.on_bad_sample)
+        # every problem at once: the layout's (an image without a mask, ...) and every file's
+        # headers, sizes and JPEG end markers, before any work (~1 s for 5,088 images)
+        report = check_layout(scan_layout(root))
+        samples, self.skipped = apply_policy(report.samples, report, self.on_bad_sample)
+        bad = len(report.bad_images)
         print(
-            f"Checked {report.checked:,} samples in {report.seconds:.1f} s: {len(report.bad)} bad"
-            + (" (skipped, data.on_bad_sample=skip)" if self.skipped else "")
+            f"Checked {report.checked:,} samples in {report.seconds:.1f} s: {bad} bad"
+            + (f" ({report.counts()}; skipped, data.on_bad_sample=skip)" if bad else "")
             + "."
         )
         if self.cold_cache:  # after the checks, which read the first and last bytes of every file

@@ -9,13 +9,13 @@ often gzipped; both forms are read, the gzip one recognised by its own magic byt
 from __future__ import annotations
 
 import gzip
-import os
-import uuid
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from segperf.errors import SegperfError
+from segperf.perf.results import write_atomic
 
 # IDX type code -> numpy dtype (big-endian, as the format stores them)
 _TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -34,9 +34,17 @@ def read_idx(path: str | Path, ndim: int | None = None) -> np.ndarray:
     of dimensions, a wrong magic number or a size that does not match its header is refused
     with an IdxFormatError naming the file."""
     path = Path(path)
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise IdxFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+    if not raw:
+        raise IdxFormatError(f"{path}: empty file (0 bytes)")
     if raw[:2] == _GZIP_MAGIC:
-        raw = gzip.decompress(raw)
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as error:
+            raise IdxFormatError(f"{path}: a gzip file cut short or corrupt ({error})") from None
     if len(raw) < 4:
         raise IdxFormatError(f"{path}: not an IDX file ({len(raw)} bytes, shorter than the 4-byte magic number)")
     magic = int.from_bytes(raw[:4], "big")
@@ -73,7 +81,4 @@ def write_idx(path: str | Path, array: np.ndarray, compress: bool | None = None)
     data = header + array.astype(np.dtype(_TYPES[code]), copy=False).tobytes()
     if compress if compress is not None else path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)  # mtime=0: the same bytes every time
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, lambda f: f.write(data))

@@ -60,8 +60,20 @@ def _listing(paths: list[Path], limit: int = 5) -> str:
     return shown + more
 
 
-def find_samples(root: str | Path) -> list[Sample]:
-    """Every image with its mask, sorted by (car, view). Raises with the offending files named."""
+@dataclass(frozen=True)
+class Layout:
+    """What a data folder holds: the images paired with their masks, and the files that are not."""
+
+    root: Path
+    samples: list[Sample]  # every image with its mask, sorted by (car, view)
+    no_mask: list[tuple[Path, Path]]  # (image, the mask it should have) for images without one
+    no_image: list[Path]  # masks without an image
+
+
+def scan_layout(root: str | Path) -> Layout:
+    """The samples of a Kaggle-layout folder and, without stopping at them, its images without a
+    mask and masks without an image. A folder that is not in the layout at all (missing, no
+    `train/` or `train_masks/`, no images) raises DataLayoutError naming every missing part."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise DataLayoutError(
@@ -69,20 +81,33 @@ def find_samples(root: str | Path) -> list[Sample]:
             "Leave data.root unset to use the built-in synthetic data."
         )
     image_dir, mask_dir = root / "train", root / "train_masks"
-    for folder in (image_dir, mask_dir):
-        if not folder.is_dir():
-            raise DataLayoutError(f"{folder} is missing. {LAYOUT_HINT}")
+    missing = [folder for folder in (image_dir, mask_dir) if not folder.is_dir()]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise DataLayoutError(f"{' and '.join(str(f) for f in missing)} {verb} missing. {LAYOUT_HINT}")
     images = _list_files(image_dir, IMAGE_RE)
     masks = _list_files(mask_dir, MASK_RE)
     if not images:
         raise DataLayoutError(f"no <car>_<view>.jpg images in {image_dir}. {LAYOUT_HINT}")
-    missing = sorted(mask_dir / f"{car}_{view}_mask.gif" for car, view in images.keys() - masks.keys())
+    return Layout(
+        root=root,
+        samples=[Sample(car, view, images[car, view], masks[car, view]) for car, view in sorted(images.keys() & masks)],
+        no_mask=[(images[key], mask_dir / f"{key[0]}_{key[1]}_mask.gif") for key in sorted(images.keys() - masks)],
+        no_image=sorted(masks[key] for key in masks.keys() - images.keys()),
+    )
+
+
+def find_samples(root: str | Path) -> list[Sample]:
+    """Every image with its mask, sorted by (car, view). Raises with the offending files named
+    (an image without a mask too; a run lists every problem at once, see segperf.data.checks)."""
+    layout = scan_layout(root)
+    missing = [mask for _, mask in layout.no_mask]
     if missing:
         raise DataLayoutError(
-            f"{len(missing)} image(s) in {image_dir} have no mask; missing: {_listing(missing)}. "
+            f"{len(missing)} image(s) in {layout.root / 'train'} have no mask; missing: {_listing(missing)}. "
             "Add the masks or remove those images."
         )
-    return [Sample(car, view, images[car, view], masks[car, view]) for car, view in sorted(images)]
+    return layout.samples
 
 
 def car_order_key(car: str) -> str:

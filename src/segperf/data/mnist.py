@@ -20,7 +20,7 @@ from segperf.config import segperf_cache_dir
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.digits import FILES, SIDE, ensure_builtin
 from segperf.data.idx import IdxFormatError, read_idx
-from segperf.errors import DataLayoutError, DataSizeError
+from segperf.errors import DataLayoutError, DataSizeError, SegperfError
 
 
 def find_idx(root: Path, name: str) -> Path:
@@ -44,7 +44,52 @@ def read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
             f"{images_file}: {len(images):,} images of {images.shape[1]}x{images.shape[2]} with {len(labels):,} "
             f"labels in {labels_file.name}; expected one label per {SIDE}x{SIDE} image"
         )
+    if len(labels) and int(labels.max()) > 9:
+        raise IdxFormatError(f"{labels_file}: a label of {int(labels.max())}; MNIST's labels are the digits 0-9")
     return torch.from_numpy(images.astype("uint8", copy=False)), torch.from_numpy(labels.astype("int64"))
+
+
+def read_splits(root: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Both splits, {"train": ..., "test": ...}, with every problem of the four files listed at
+    once (missing, empty, cut short, not IDX, images and labels that do not match): one
+    DataLayoutError, a headline and a line per problem."""
+    problems: list[str] = []
+    splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for split in FILES:
+        try:
+            splits[split] = read_split(root, split)
+        except SegperfError:
+            problems += _split_problems(root, split)
+    if problems:
+        noun = "problem" if len(problems) == 1 else "problems"
+        raise DataLayoutError(
+            "\n".join(
+                [
+                    f"{len(problems)} {noun} with the MNIST files in {root}: fix or replace them (MNIST's four IDX "
+                    "files, plain or .gz), or leave data.root unset to use the built-in digits.",
+                    *(f"- {problem}" for problem in problems),
+                ]
+            )
+        )
+    return splits
+
+
+def _split_problems(root: Path, split: str) -> list[str]:
+    """Each problem of one split's two files, not only the first."""
+    problems: list[str] = []
+    for name in FILES[split]:
+        try:
+            read_idx(find_idx(root, name), ndim=3 if "images" in name else 1)
+        except DataLayoutError:
+            problems.append(f"{root / name}: missing (nor {name}.gz, there or in MNIST/raw)")
+        except IdxFormatError as error:
+            problems.append(str(error))
+    if not problems:  # each file is fine on its own: they do not match
+        try:
+            read_split(root, split)
+        except SegperfError as error:
+            problems.append(str(error))
+    return problems
 
 
 class DigitsDataset(Dataset):
@@ -113,7 +158,8 @@ class MnistDataModule(RunDataModule):
         root = self.resolve_root()
         if not root.is_dir():
             raise DataLayoutError(f"data.root={root} does not exist")
-        train, test = read_split(root, "train"), read_split(root, "test")
+        splits = read_splits(root)  # every problem of the four files at once
+        train, test = splits["train"], splits["test"]
         if self.val_images > len(test[1]):
             raise DataSizeError(
                 f"val_images={self.val_images} is more than the {len(test[1]):,} test images of {root}; "
