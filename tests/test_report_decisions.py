@@ -222,3 +222,19 @@ def test_quality_of_single_runs_is_not_judged(tmp_path):
     text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
     assert by_label(data)["workers=auto"]["quality"]["lower_than_baseline"] is None
     assert table_rows(text)["workers=auto"][9] == "0.500"
+
+
+def test_a_slow_first_job_is_left_out_of_the_decision_not_out_of_the_table(tmp_path):
+    # upconv's first job paid the sweep's one-time costs; with it in, Welch would find deconv's
+    # 1.25x within noise (upconv's spread would be 1.4-2.02)
+    values = {"upconv": [1.40, 2.00, 2.02], "deconv": [2.50, 2.52, 2.48]}
+    jobs, i = {}, 0
+    for repeat in range(3):
+        for upsample, ips in values.items():
+            jobs[f"{i}_+repeat={repeat},upsample={upsample}"] = run(ips[repeat], process_job=i)
+            i += 1
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    upconv, deconv = by_label(data)["upsample=upconv"], by_label(data)["upsample=deconv"]
+    assert upconv["first_job_outlier"] == 0 and upconv["images_per_s"]["min"] == 1.4  # still shown
+    assert deconv["distinguishable"] is True and deconv["runs"] == 3
+    assert "is left out of the speed-up decision" in text

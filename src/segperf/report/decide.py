@@ -9,13 +9,17 @@ table and its summary line, the charts, report.json) reads `decide`, so they can
 - with fewer than MIN_RUNS completed runs on a side the ratio is shown but unconfirmed
   (`distinguishable` None): `+repeat=0,1,2` confirms it;
 - otherwise Welch's t-test on log images/s at LEVEL (segperf.report.stats.compare_throughput)
-  decides: distinguishable when the interval of the ratio of geometric means excludes 1.
+  decides: distinguishable when the interval of the ratio of geometric means excludes 1. A first
+  job of a sweep process flagged as an outlier (segperf.report.flags: it paid one-time costs) is
+  left out of the test, never out of the tables: the order jobs ran in must not decide.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from segperf.report.flags import first_job_outlier
 from segperf.report.stats import LEVEL, MIN_RUNS, Comparison, compare_throughput, median_ratio, speedup
 from segperf.report.sweep import Configuration
 
@@ -25,7 +29,8 @@ RULE = (
     f"a speed-up is distinguishable from run-to-run noise when Welch's t-test on log images/s rejects "
     f'"no difference" at the {1 - LEVEL:.0%} level (two-sided): the {LEVEL:.0%} confidence interval of the '
     f"ratio of geometric means excludes 1. It needs {MIN_RUNS} completed runs on each side; with fewer the "
-    f"ratio is unconfirmed (`{CONFIRM}` confirms it)."
+    f"ratio is unconfirmed (`{CONFIRM}` confirms it). A first job of a sweep process that is an outlier "
+    "(one-time costs, see Warnings) is left out of the test."
 )
 
 
@@ -52,6 +57,12 @@ def baseline_of(configs: list[Configuration], path: str = THROUGHPUT) -> Configu
     return next((c for c in configs if c.stat(path).median is not None), None)
 
 
+def decision_values(config: Configuration, path: str = THROUGHPUT) -> list[Any]:
+    """The values the test compares: the completed runs', less a first job flagged as an outlier."""
+    outlier = first_job_outlier(config, path)
+    return [r.get(path) for r in config.ok_runs if outlier is None or r is not outlier[0]]
+
+
 def decide(config: Configuration, baseline: Configuration | None, path: str = THROUGHPUT) -> Decision:
     """The decision for `config` (see the module docstring); "n/a" without a baseline (none, or
     runs from machines that may not be compared) or without a measured throughput."""
@@ -66,6 +77,6 @@ def decide(config: Configuration, baseline: Configuration | None, path: str = TH
     ratio = median_ratio(config.stat(path), baseline.stat(path))
     if ratio is None:
         return Decision("n/a")
-    test = compare_throughput(config.values(path), baseline.values(path))
+    test = compare_throughput(decision_values(config, path), decision_values(baseline, path))
     mean = speedup(config.spread(path), baseline.spread(path))
     return Decision("ratio", ratio, mean, test, test.distinguishable)

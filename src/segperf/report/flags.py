@@ -177,7 +177,8 @@ def collect(sweep: Sweep, configs: list[Configuration], baseline: Configuration 
                 f"job {run.job} (`{c.label}`), the first job of its sweep process, ran {fmt_num(value)} images/s, "
                 f"{abs(change):.0%} {'slower' if change < 0 else 'faster'} than the median of the configuration's "
                 f"other runs ({fmt_num(median)}): it may have paid one-time costs (file caches, library loading, "
-                "allocator warm-up). Start the sweep with a throw-away job, or add repeats, before trusting it."
+                "allocator warm-up), and is left out of the speed-up decision. Start the sweep with a throw-away "
+                "job, or add repeats, before trusting this configuration's range."
             )
             flags.append(Flag("first_job", c.label, run.job, text))
     path, name = quality_metric(configs)
