@@ -156,6 +156,7 @@ class RunMeasurement:
             starved_fraction=results["jitter"]["starved"]["fraction"],
             gpu_util_mean=None if gpu_percent is None else gpu_percent / 100.0,
             device_type=trainer.strategy.root_device.type if trainer is not None else "cpu",
+            settings=results.get("config"),  # advice the run does not already follow, for its workload
         )
         if trainer is not None:
             self._log_tensorboard(trainer, results, batches)

@@ -1,15 +1,19 @@
 """The plain-language verdict: which bottleneck dominated the run, the evidence, and what to try.
 
 The phase table answers "where did the time go" in numbers; the verdict turns it into one
-decision, named by the optimization axes segperf exposes (workers=auto, prefetch=on, pin=on,
-memory_format=channels_last, compile=on, precision=bf16, upsample=deconv), so the next run is
-one command away. All thresholds live in THRESHOLDS so they can be read, argued about and tuned
-in one place. Pure: numbers in, a JSON-ready dict out.
+decision, named by the overrides segperf exposes (workers=auto, prefetch=on, pin=on,
+memory_format=channels_last, compile=on, precision=bf16, upsample=deconv, batch_size=8, ...), so
+the next run is one command away: only overrides that the run does not already use and that
+compose for its workload (segperf.perf.advice), listed in `overrides` as well as in the text.
+All thresholds live in THRESHOLDS so they can be read, argued about and tuned in one place.
+Pure: numbers in, a JSON-ready dict out.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from segperf.perf.advice import LEVERS, untried
 
 THRESHOLDS: dict[str, float] = {
     # warm-up phase share of the whole run's wall time above which warm-up (torch.compile,
@@ -40,7 +44,7 @@ OVERHEAD_PHASES = ("validation", "logging", "checkpoint")
 _OVERHEAD_ADVICE = {
     "validation": "validate less often (a larger val_every_images) or on fewer images (val_images)",
     "logging": "log less often (a larger trainer.log_every_n_steps)",
-    "checkpoint": "checkpoint less often",
+    "checkpoint": "checkpoint less often (last.ckpt is written at every validation: a larger val_every_images)",
 }
 
 
@@ -65,12 +69,15 @@ def verdict(
     starved_fraction: float | None,
     gpu_util_mean: float | None,
     device_type: str,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`{"kind": ..., "text": ...}` naming the run's dominant bottleneck with evidence and next steps.
+    """`{"kind", "text", "overrides"}`: the run's dominant bottleneck with evidence and next steps.
 
     `phases` maps phase name -> {"calls", "wall_s", "fraction"} (fraction of the run's wall time);
     `starved_fraction` is jitter's share of starved steps; `gpu_util_mean` the mean GPU utilization
-    (0-1, or 0-100 percent), None without a GPU sampler. kind is one of "warm-up-bound",
+    (0-1, or 0-100 percent), None without a GPU sampler; `settings` the run's resolved config: the
+    suggested `overrides` are keys of its workload and never what it already uses (None: a
+    baseline run of unknown workload, segperf.perf.advice.BASELINE). kind is one of "warm-up-bound",
     "data-bound", "copy-bound", "overhead-bound", "compute-bound" or "unknown" (with the reason).
     Warm-up is judged first (if it dominates, steady-state shares describe too little of the run);
     then among data, copy and overhead the one with the largest share of the loop wins; compute
@@ -80,23 +87,26 @@ def verdict(
     on_gpu = device_type != "cpu"
     device = "GPU" if device_type == "cuda" else device_type.upper()
     if not phases or sum(_seconds(phases, p) for p in phases) <= 0:
-        return {"kind": "unknown", "text": "unknown: no phase time was measured, so there is no bottleneck to name."}
+        text = "unknown: no phase time was measured, so there is no bottleneck to name."
+        return {"kind": "unknown", "text": text, "overrides": []}
 
     warmup = float((phases.get("warmup") or {}).get("fraction") or 0.0)
     if warmup > t["warmup_fraction"]:
+        overrides = untried(LEVERS["warm-up"], settings)
+        text = f"warm-up-bound: compilation/warm-up took {_pct(warmup)} of the run; a longer run amortises it"
         return {
             "kind": "warm-up-bound",
-            "text": f"warm-up-bound: compilation/warm-up took {_pct(warmup)} of the run; a longer run amortises it "
-            "(with compile=on, compare against compile=off on runs this short).",
+            "text": text + _try(overrides, "nothing else to compare"),
+            "overrides": overrides,
         }
 
     steady = sum(_seconds(phases, p) for p in STEADY_PHASES)
     if steady <= 0:
-        return {
-            "kind": "unknown",
-            "text": "unknown: no steady-state training step was timed (the run may be shorter than its warm-up); "
-            "train on more images or lower warmup_steps.",
-        }
+        text = (
+            "unknown: no steady-state training step was timed (the run may be shorter than its warm-up); "
+            "train on more images or lower warmup_steps."
+        )
+        return {"kind": "unknown", "text": text, "overrides": []}
     loop = steady + _seconds(phases, "validation") + _seconds(phases, "checkpoint")
     data_share = _seconds(phases, "data_wait") / steady
     copy_share = _seconds(phases, "batch_to_device") / steady
@@ -119,38 +129,46 @@ def verdict(
     gpu_note = f" while the GPU was {_pct(gpu)} busy" if on_gpu and gpu is not None else ""
     if kind == "data-bound":
         starved_note = f" ({_pct(starved)} of steps starved)" if starved_fraction is not None else ""
-        advice = "workers=auto, prefetch=on, pin=on" if device_type == "cuda" else "workers=auto, prefetch=on"
-        text = (
-            f"data-bound: {_pct(data_share)} of training time waiting for data{starved_note}{gpu_note}; try {advice}."
-        )
+        overrides = untried(LEVERS["data-gpu" if device_type == "cuda" else "data"], settings)
+        text = f"data-bound: {_pct(data_share)} of training time waiting for data{starved_note}{gpu_note}"
+        text += _try(overrides, "every loader option segperf has is on already: the loader itself is the limit")
     elif kind == "copy-bound":
-        text = (
-            f"copy-bound: {_pct(copy_share)} of training time copying batches to the {device}{gpu_note}; "
-            "try pin=on and prefetch=on (pinned memory lets the copy overlap compute)."
-        )
+        overrides = untried(LEVERS["copy"], settings)
+        text = f"copy-bound: {_pct(copy_share)} of training time copying batches to the {device}{gpu_note}"
+        why = " (pinned memory lets the copy overlap compute)" if "pin=on" in overrides else ""
+        text += _try(overrides, "pinned memory and prefetching are on already", why=why)
     elif kind == "overhead-bound":
         worst = max(OVERHEAD_PHASES, key=lambda p: _seconds(phases, p))
         parts = ", ".join(f"{p} {_pct(_seconds(phases, p) / loop)}" for p in OVERHEAD_PHASES if _seconds(phases, p))
+        overrides = untried(LEVERS[worst], settings)
         text = (
             f"overhead-bound: {_pct(overhead_share)} of the training loop in validation, logging and checkpoints "
-            f"({parts}); {_OVERHEAD_ADVICE[worst]}."
+            f"({parts}); {_OVERHEAD_ADVICE[worst]}"
         )
+        text += _try(overrides, "", lead=": ")
     else:
         step_share = _seconds(phases, "train_step") / steady
         if not on_gpu:
+            overrides = untried(LEVERS["compute-cpu"], settings)
             text = (
                 f"compute-bound on the CPU: {_pct(step_share)} of steady-state time in train_step; "
-                "a GPU, a larger batch_size or a smaller model/image size is the lever (for the U-Net, "
-                "upsample=deconv cuts FLOPs by about a quarter)."
+                "a GPU, fewer FLOPs per image or larger batches are the levers"
             )
         elif gpu is not None and gpu < t["gpu_busy_low"]:
+            overrides = untried(LEVERS["compute-host"], settings)
             text = (
                 f"compute-bound on the host: {_pct(step_share)} of steady-state time in train_step{gpu_note}, "
-                "so kernel launches, not the GPU, set the pace; try compile=on and a larger batch_size."
+                "so kernel launches, not the GPU, set the pace"
             )
         else:
-            text = (
-                f"compute-bound on the {device}: {_pct(step_share)} of steady-state time in train_step{gpu_note}; "
-                "try precision=bf16, memory_format=channels_last, compile=on, upsample=deconv."
-            )
-    return {"kind": kind, "text": text}
+            overrides = untried(LEVERS["compute-gpu"], settings)
+            text = f"compute-bound on the {device}: {_pct(step_share)} of steady-state time in train_step{gpu_note}"
+        text += _try(overrides, "the faster settings segperf has are on already")
+    return {"kind": kind, "text": text, "overrides": overrides}
+
+
+def _try(overrides: list[str], otherwise: str, *, why: str = "", lead: str = "; ") -> str:
+    """The end of a verdict's sentence: what to try, or why there is nothing left to suggest."""
+    if overrides:
+        return f"{lead}try {', '.join(overrides)}{why}."
+    return f"; {otherwise}." if otherwise else "."

@@ -1,0 +1,109 @@
+"""What the verdict suggests trying: overrides that compose for the run's workload and that the
+run does not already use.
+
+A suggestion is only worth a line if the user can paste it and it changes something. So each
+lever names the config key it sets and which of that key's values mean "not pulled yet": the
+verdict reads the run's own config (results.json's `config`), drops levers already pulled and
+levers whose key the workload does not have (the CNN on MNIST has no `upsample`, `decode` or
+`cache`: Hydra would refuse them), and turns sizes into numbers (`batch_size=8`, not "a larger
+batch"). tests/test_verdict_overrides.py composes every override this can produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Lever:
+    override: str  # what the user types, e.g. "workers=auto"
+    key: str  # the config key it sets
+    untried: Callable[[Any], bool]  # true for a value of `key` that means the lever is not pulled yet
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """`key=<the run's value times factor>`: a size, as a number the user can paste."""
+
+    key: str
+    factor: float
+
+    def override(self, value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return None
+        scaled = max(1, int(value * self.factor))
+        return None if scaled == value else f"{self.key}={scaled}"
+
+
+WORKERS = Lever("workers=auto", "data.num_workers", lambda v: v == 0)
+PREFETCH = Lever("prefetch=on", "data.prefetch_factor", lambda v: v is None)
+PIN = Lever("pin=on", "data.pin_memory", lambda v: v is False)
+DECODE = Lever("decode=reduced", "data.decode", lambda v: v == "full")  # Carvana
+CACHE = Lever("cache=memory", "data.cache", lambda v: v == "off")  # Carvana
+DEVICE_CACHE = Lever("cache=device", "data.cache", lambda v: v in ("off", "memory"))
+BF16 = Lever("precision=bf16", "trainer.precision", lambda v: v == "32-true")  # fp16 is reduced already
+CHANNELS_LAST = Lever("memory_format=channels_last", "model.memory_format", lambda v: v == "nchw")
+COMPILE = Lever("compile=on", "model.compile", lambda v: v is False)
+NO_COMPILE = Lever("compile=off", "model.compile", lambda v: v is True)
+DECONV = Lever("upsample=deconv", "model.net.upsample", lambda v: v == "upconv")  # U-Net
+
+LARGER_BATCH = Scaled("batch_size", 2)
+LONGER_RUN = Scaled("train_images", 4)
+RARER_VALIDATION = Scaled("val_every_images", 2)
+FEWER_VAL_IMAGES = Scaled("val_images", 0.5)
+RARER_LOGGING = Scaled("trainer.log_every_n_steps", 2)
+
+# per bottleneck, the levers in the order worth trying
+LEVERS: dict[str, tuple[Lever | Scaled, ...]] = {
+    "data": (WORKERS, PREFETCH, DECODE, CACHE),
+    "data-gpu": (WORKERS, PREFETCH, PIN, DECODE, CACHE),
+    "copy": (PIN, PREFETCH, DEVICE_CACHE),
+    "warm-up": (LONGER_RUN, NO_COMPILE),
+    "validation": (RARER_VALIDATION, FEWER_VAL_IMAGES),
+    "logging": (RARER_LOGGING,),
+    "checkpoint": (RARER_VALIDATION,),  # last.ckpt is written at every validation
+    "compute-cpu": (DECONV, LARGER_BATCH),
+    "compute-host": (COMPILE, LARGER_BATCH),
+    "compute-gpu": (BF16, CHANNELS_LAST, COMPILE, DECONV),
+}
+
+
+# what a run whose config is not known is taken to use: the baseline of the axes every workload has
+BASELINE: dict[str, Any] = {
+    "data": {"num_workers": 0, "prefetch_factor": None, "pin_memory": False},
+    "trainer": {"precision": "32-true"},
+    "model": {"memory_format": "nchw", "compile": False},
+}
+
+
+def _select(settings: dict[str, Any], key: str) -> Any:
+    node: Any = settings
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def untried(levers: Sequence[Lever | Scaled], settings: dict[str, Any] | None) -> list[str]:
+    """The overrides of `levers` that compose for this run's workload and change its settings.
+
+    `settings` is the run's resolved config; None (a run whose config is not known) is read as
+    BASELINE: only the axes every workload has, and no sizes."""
+    settings = BASELINE if settings is None else settings
+    chosen: list[str] = []
+    for lever in levers:
+        value = _select(settings, lever.key)
+        if value is _ABSENT:
+            continue  # not a key of this workload: Hydra would refuse the override
+        if isinstance(lever, Scaled):
+            override = lever.override(value)
+        else:
+            override = lever.override if lever.untried(value) else None
+        if override is not None and override not in chosen:
+            chosen.append(override)
+    return chosen
