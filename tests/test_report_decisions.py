@@ -238,3 +238,20 @@ def test_a_slow_first_job_is_left_out_of_the_decision_not_out_of_the_table(tmp_p
     assert upconv["first_job_outlier"] == 0 and upconv["images_per_s"]["min"] == 1.4  # still shown
     assert deconv["distinguishable"] is True and deconv["runs"] == 3
     assert "is left out of the speed-up decision" in text
+
+
+def test_repeated_pin_runs_on_a_busy_cpu_get_no_speedup_and_one_busy_warning(tmp_path):
+    jobs = {}
+    for i, (pin, ips) in enumerate([("off", 65.0), ("on", 129.0), ("off", 66.8), ("on", 62.9)]):
+        fields = {"axes": {"pin": True}, "adjusted": NO_PIN} if pin == "on" else {}
+        jobs[f"{i}_+repeat={i // 2},pin={pin}"] = run(ips, **fields, **_machine_load(4.2, i))
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    assert "Summary: the other configurations ran `pin=off`'s settings (same as): no speed-up." in text
+    assert "times faster" not in text and by_label(data)["pin=on"]["distinguishable"] is False
+    assert [w["job"] for w in data["warnings"] if w["kind"] == "busy"] == [0, 1, 2, 3]  # each run, for programs
+    busy_lines = [line for line in text.splitlines() if "started on a busy machine" in line]
+    assert busy_lines == [
+        "- jobs 0 (`pin=off`), 1 (`pin=on`), 2 (`pin=off`), 3 (`pin=on`) started on a busy machine: 1-minute load "
+        "average 4.20 on 2 usable cores, about 4.2 of it from other processes (over 1.5: half the cores + 0.5). "
+        "Their timings may be low: re-run them on a quiet machine."
+    ]

@@ -48,6 +48,7 @@ class Flag:
     label: str
     job: int | None
     text: str
+    detail: dict | None = None  # a busy run's run_load
 
 
 def quality_metric(configs: list[Configuration]) -> tuple[str, str]:
@@ -122,8 +123,31 @@ def _busy_flags(sweep: Sweep, labels: dict[int, str]) -> list[Flag]:
             f"processes (over {load['threshold']:.1f}: half the cores + {BUSY_MARGIN}){_mhz(run)}. Its timing may be "
             "low: re-run it on a quiet machine."
         )
-        flags.append(Flag("busy", labels[run.job], run.job, text))
+        flags.append(Flag("busy", labels[run.job], run.job, text, load))
     return flags
+
+
+def warning_lines(flags: list[Flag]) -> list[str]:
+    """The flags' lines for report.md, in order; several busy runs make one line, not one each."""
+    busy = [f for f in flags if f.kind == "busy"]
+    if len(busy) < 2:
+        return [f.text for f in flags]
+    loads = [f.detail or {} for f in busy]
+
+    def span(key: str, digits: int) -> str:
+        low, high = (f"{v:.{digits}f}" for v in (min(d[key] for d in loads), max(d[key] for d in loads)))
+        return low if low == high else f"{low}–{high}"
+
+    jobs = ", ".join(f"{f.job} (`{f.label}`)" for f in busy)
+    merged = (
+        f"jobs {jobs} started on a busy machine: 1-minute load average {span('loadavg_1m', 2)} on "
+        f"{span('cores', 0)} usable cores, about {span('others', 1)} of it from other processes (over "
+        f"{span('threshold', 1)}: half the cores + {BUSY_MARGIN}). Their timings may be low: re-run them on a quiet "
+        "machine."
+    )
+    first = flags.index(busy[0])
+    rest = [f.text for f in flags if f.kind != "busy"]
+    return rest[:first] + [merged] + rest[first:]
 
 
 def first_job_outlier(config: Configuration, path: str = "train.images_per_s") -> tuple[Run, float, float] | None:

@@ -12,7 +12,7 @@ from collections import Counter
 from segperf.perf.formatting import fmt_num, fmt_pct, md_table
 from segperf.report.cells import fmt_interval, fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
 from segperf.report.decide import CONFIRM, RULE, baseline_of, decide
-from segperf.report.flags import Flag, quality_fell, quality_metric
+from segperf.report.flags import Flag, quality_fell, quality_metric, warning_lines
 from segperf.report.stats import LEVEL
 from segperf.report.sweep import Configuration, Sweep
 
@@ -146,6 +146,8 @@ def _summary_line(configs: list[Configuration], baseline: Configuration | None, 
     fastest = max(others, key=lambda c: c.spread(path).mean, default=None)
     if baseline is None or baseline.spread(path).mean is None:
         return []
+    if fastest is None and any(c.same_as for c in configs):
+        return [f"Summary: the other configurations ran `{baseline.label}`'s settings (same as): no speed-up.", ""]
     if fastest is None or fastest.spread(path).mean <= baseline.spread(path).mean:
         return [f"Summary: the baseline, `{baseline.label}`, is the fastest configuration.", ""]
     decision, ratio = decide(fastest, baseline, path), fmt_mean_speedup(fastest, baseline, path).lstrip("~")
@@ -266,7 +268,7 @@ def warnings_section(flags: list[Flag], configs: list[Configuration], baseline: 
     settings not applied, runs on a busy machine, an outlying first job, quality that fell, and
     speed-ups that one run cannot confirm."""
     lines = ["## Warnings", ""]
-    lines += [f"- {flag.text}" for flag in flags]
+    lines += [f"- {line}" for line in warning_lines(flags)]
     unconfirmed = [c.label for c in configs if decide(c, baseline).unconfirmed]
     if unconfirmed:
         names = ", ".join(f"`{label}`" for label in unconfirmed)
