@@ -99,11 +99,24 @@ def _dataset_counts(dataset: dict[str, Any]) -> str:
 
 def _quality_rows(quality: dict[str, Any]) -> list[str]:
     if "val_accuracy" in quality:  # the CPU study's classifier
-        return [_kv("Val accuracy", _num(quality.get("val_accuracy"), ".4f"))]
+        return [_kv("Val accuracy", _num(quality.get("val_accuracy"), ".4f")), *_quality_progress(quality)]
     return [
         _kv("Val pixel accuracy", _num(quality.get("val_pixel_accuracy"), ".4f")),
         _kv("Val Dice", _num(quality.get("val_dice"), ".4f")),
+        *_quality_progress(quality),
     ]
+
+
+def _quality_progress(quality: dict[str, Any]) -> list[str]:
+    """How far quality came: the first validation against the last (when there were two or more)."""
+    history = quality.get("val_history") or []
+    if len(history) < 2:
+        return []
+    first, last = history[0], history[-1]
+    key, name = ("val_accuracy", "accuracy") if "val_accuracy" in first else ("val_dice", "Dice")
+    text = f"{name} {first[key]:.3f} -> {last[key]:.3f}, loss {first['val_loss']:.3f} -> {last['val_loss']:.3f}"
+    text += f" (step {first['step']:,} -> {last['step']:,}, {len(history)} validations)"
+    return [_kv("Val first -> last", text)]
 
 
 def _gpu_memory(peak: int | None, machine: dict[str, Any]) -> str:
@@ -168,22 +181,19 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
 def _peak_rows(tp: dict[str, Any]) -> list[str]:
     """MFU against the peak measured here (any device) and against the spec sheet's dense peak."""
     measured, spec_mfu, measured_mfu = tp.get("measured_peak") or {}, tp.get("mfu"), tp.get("measured_mfu")
-    how = "" if not measured else f" ({'cached: ' if measured.get('cached') else ''}{measured.get('method')})"
-    if measured.get("not_cached"):
-        how += f"; not cached: {measured['not_cached']}"
     spec_peak = _scale(tp.get("peak_flops_per_s"), 1e-12)
-    return [
-        _kv("Measured peak TFLOP/s", _num(_scale(measured.get("flops_per_s"), 1e-12), ",.3f") + how),
-        _kv(
-            "MFU (measured peak)",
-            "n/a (not measured: perf.peak_probe=false, or no train rate)" if not measured else _pct(measured_mfu),
-        ),
-        _kv(
-            "Spec peak TFLOP/s",
-            "n/a (no spec sheet for this device)" if spec_peak is None else f"{spec_peak:,.1f} (dense)",
-        ),
-        _kv("MFU (spec peak)", "n/a" if spec_mfu is None else _pct(spec_mfu)),
-    ]
+    if measured:
+        state = f"not cached: {measured['not_cached']}" if measured.get("not_cached") else None
+        state = state or ("cached" if measured.get("cached") else "measured now, cached")
+        rows = [
+            _kv("Measured peak TFLOP/s", f"{_num(_scale(measured.get('flops_per_s'), 1e-12), ',.3f')} ({state})"),
+            _kv("  measured by", str(measured.get("method"))),
+            _kv("MFU (measured peak)", _pct(measured_mfu)),
+        ]
+    else:
+        rows = [_kv("MFU (measured peak)", "n/a (not measured: perf.peak_probe=false, or no train rate)")]
+    spec = "n/a (no spec sheet for this device)" if spec_peak is None else f"{spec_peak:,.1f} (dense)"
+    return [*rows, _kv("Spec peak TFLOP/s", spec), _kv("MFU (spec peak)", _pct(spec_mfu))]
 
 
 def _pct(value: float | None) -> str:
