@@ -24,7 +24,21 @@ CPU_STUDY_DIR     ?= multirun/$(shell date +%Y-%m-%d)/cpu-study-$(shell date +%H
 # the newest training sweep, unless SWEEP=multirun/<date>/<time> is given
 SWEEP       ?= $(lastword $(sort $(wildcard multirun/2*/*)))
 
-.PHONY: setup demo test test-fast lint tensorboard clean ladder report bench-data cpu-study
+# `make gpu-wheels`: what scripts/gpu_check.sh installs on the GPU machine (no package index there;
+# docs/GPU.md): the packages its image lacks, as wheels for its CPython 3.12 on manylinux x86-64,
+# one version each, no dependency resolved by pip (--no-deps): every dependency is named here.
+# hydra-core needs omegaconf, antlr4-python3-runtime 4.9.* and packaging; omegaconf needs antlr4 and
+# PyYAML. antlr4-python3-runtime 4.9.3 is a source release only: built here (pure Python, any 3.x).
+# PyYAML and packaging are on the image as described; they travel in case, installed only if missing.
+# albumentations is not here: imported only with augment=basic, which the check never uses.
+GPU_WHEELS_DIR ?= .whl
+GPU_PYVER      ?= 3.12
+GPU_WHEELS     := hydra-core==1.3.8 omegaconf==2.3.1 packaging==26.4 PyYAML==6.0.4
+GPU_SDISTS     := antlr4-python3-runtime==4.9.3
+GPU_WHEELS_MAX_MIB := 40
+GPU_PIP        := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m pip
+
+.PHONY: setup demo test test-fast lint tensorboard clean ladder report bench-data cpu-study gpu-wheels
 
 setup: $(STAMP)
 
@@ -58,6 +72,17 @@ report: setup  ## report of the newest sweep (or SWEEP=...)
 
 bench-data: setup  ## loader-only images/s: decode x cache x workers x pin vs the naive loader (BENCH_ARGS="cold_cache=true data.cache=off")
 	$(BIN)/python -m segperf.bench data $(BENCH_ARGS)
+
+gpu-wheels:  ## wheels of what the GPU machine lacks, into $(GPU_WHEELS_DIR)/ (scripts/gpu_check.sh installs them)
+	mkdir -p $(GPU_WHEELS_DIR)
+	$(GPU_PIP) download --quiet --no-deps --only-binary=:all: -d $(GPU_WHEELS_DIR) \
+		--python-version $(GPU_PYVER) --implementation cp --abi cp$(subst .,,$(GPU_PYVER)) \
+		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+		$(GPU_WHEELS)
+	$(GPU_PIP) wheel --quiet --no-deps -w $(GPU_WHEELS_DIR) $(GPU_SDISTS)
+	@ls -1 $(GPU_WHEELS_DIR)/*.whl
+	@kib=$$(du -sk $(GPU_WHEELS_DIR) | cut -f1); echo "$(GPU_WHEELS_DIR): $$kib KiB"; \
+		test $$kib -le $$(($(GPU_WHEELS_MAX_MIB) * 1024)) || { echo "over $(GPU_WHEELS_MAX_MIB) MiB"; exit 1; }
 
 lint: setup
 	$(BIN)/ruff check src tests
