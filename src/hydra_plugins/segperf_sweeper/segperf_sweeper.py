@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.types import Override
+from hydra.plugins.sweeper import Sweeper
 
 
 @dataclass
@@ -69,7 +70,15 @@ class SegperfSweeper(BasicSweeper):
         params: dict[str, str] | None = None,
         slowest: Sequence[str] = ("repeat",),
     ) -> None:
-        super().__init__(max_batch_size=max_batch_size, params=params)
+        # BasicSweeper.__init__'s own state, set here: it calls super(BasicSweeper, self), which looks
+        # the class up by name, and Hydra's plugin scan may run basic_sweeper.py again after this
+        # class was made, so that name can be a newer class than the one this one derives from
+        Sweeper.__init__(self)
+        self.overrides = None
+        self.batch_index = 0
+        self.max_batch_size = max_batch_size
+        self.params = params or {}
+        self.hydra_context = self.config = self.launcher = None
         self.slowest = [override_key(key) for key in slowest]
 
     def split_arguments(self, overrides: list[Override], max_batch_size: int | None) -> list[list[list[str]]]:
