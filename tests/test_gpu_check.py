@@ -369,6 +369,25 @@ def test_the_extra_presets_are_opt_all_with_one_change():
         assert cfg == expected, preset
 
 
+def test_the_docs_name_the_wheels_the_makefile_pins_and_the_folder_git_ignores():
+    makefile = (REPO / "Makefile").read_text()
+    pins = [
+        pin
+        for line in makefile.splitlines()
+        if line.startswith(("GPU_WHEELS ", "GPU_SDISTS "))
+        for pin in line.split(":=", 1)[1].split()
+    ]
+    assert len(pins) == 5
+    doc = (REPO / "docs" / "GPU.md").read_text()
+    assert [pin for pin in pins if f"`{pin}`" not in doc] == []
+    assert (
+        "GPU_WHEELS_DIR ?= .whl\n" in makefile
+        and "WHEELS=${GPU_WHEELS_DIR:-.whl}" in (SCRIPTS / "gpu_check.sh").read_text()
+    )
+    assert "| extra (ignored) paths to send along | `.whl`" in doc
+    assert ".whl/" in (REPO / ".gitignore").read_text().splitlines()
+
+
 # -- the rehearsal, end to end ------------------------------------------------------------------
 @pytest.mark.slow
 def test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files(tmp_path):
