@@ -166,6 +166,7 @@ class GpuProbe(L.Callback):
         self._restore: list[tuple[Any, str]] = []
         self._before: dict[str, dict[str, int]] = {}
         self._device_type = "cpu"
+        self._failed: set[str] = set()
 
     # -- wrapping two of the run's objects for the sampled batches ---------------------------
     def _wrap(self, owner: Any, name: str, wrapper) -> None:
@@ -178,6 +179,10 @@ class GpuProbe(L.Callback):
             vars(owner).pop(name, None)
         self._restore.clear()
 
+    def _note(self, where: str, error: Exception) -> None:
+        """The probe never stops a run: what went wrong goes into its section instead."""
+        self.section.setdefault("errors", []).append(f"{where}: {type(error).__name__}: {error}"[:300])
+
     def _sampling(self, trainer) -> bool:
         return trainer.training and len(self.section["batches"]) < self.sampled_batches
 
@@ -186,6 +191,12 @@ class GpuProbe(L.Callback):
             self._before = _compile_counters()
 
     def on_train_start(self, trainer, pl_module) -> None:
+        try:
+            self._start(trainer)
+        except Exception as error:
+            self._note("on_train_start", error)
+
+    def _start(self, trainer) -> None:
         self._device_type = trainer.strategy.root_device.type
         clock = next((c for c in trainer.callbacks if type(c).__name__ == "PhaseClock"), None)
         self.warmup_steps = getattr(clock, "warmup_steps", self.warmup_steps)
@@ -197,13 +208,16 @@ class GpuProbe(L.Callback):
         def batch_to_device(original):
             def wrapped(batch, *args, **kwargs):
                 if probe._sampling(trainer):
-                    tensors = _tensors(batch)
-                    probe.section["batches"].append(
-                        {
-                            "devices": sorted({str(t.device) for t in tensors}),
-                            "pinned": [t.is_pinned() for t in tensors],
-                        }
-                    )
+                    try:
+                        tensors = _tensors(batch)
+                        probe.section["batches"].append(
+                            {
+                                "devices": sorted({str(t.device) for t in tensors}),
+                                "pinned": [t.is_pinned() for t in tensors],
+                            }
+                        )
+                    except Exception as error:
+                        probe._note("batch_to_device", error)
                 return original(batch, *args, **kwargs)
 
             return wrapped
@@ -213,10 +227,13 @@ class GpuProbe(L.Callback):
             def wrapped():
                 with original():
                     if len(probe.section["autocast"]) < probe.sampled_batches:
-                        kind = probe._device_type
-                        enabled = torch.is_autocast_enabled(kind)
-                        dtype = str(torch.get_autocast_dtype(kind)).replace("torch.", "") if enabled else None
-                        probe.section["autocast"].append({"enabled": enabled, "dtype": dtype})
+                        try:
+                            kind = probe._device_type
+                            enabled = torch.is_autocast_enabled(kind)
+                            dtype = str(torch.get_autocast_dtype(kind)).replace("torch.", "") if enabled else None
+                            probe.section["autocast"].append({"enabled": enabled, "dtype": dtype})
+                        except Exception as error:
+                            probe._note("train_step_context", error)
                     yield
 
             return wrapped
@@ -234,19 +251,29 @@ class GpuProbe(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         self._started += 1
-        if self._started > self.warmup_steps and self._can_count_syncs() is None:
-            self.sync.new_step()  # the data fetch for the next batch counts to this step
-            self.sync.start()  # (again after a validation pause)
+        if self._started > self.warmup_steps and self._can_count_syncs() is None and "sync" not in self._failed:
+            try:
+                self.sync.new_step()  # the data fetch for the next batch counts to this step
+                self.sync.start()  # (again after a validation pause)
+            except Exception as error:
+                self._failed.add("sync")
+                self._note("sync counting", error)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.sync.stop()  # validation and the checkpoint after it are not the training hot path
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self.sync.stop()
-        self._finish(trainer, pl_module)
+        try:
+            self.sync.stop()
+            self._finish(trainer, pl_module)
+        except Exception as error:
+            self._note("on_train_end", error)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
-        self.sync.stop()  # a run that failed mid-training
+        try:
+            self.sync.stop()  # a run that failed mid-training
+        except Exception as error:
+            self._note("teardown", error)
         self._unwrap()
 
     def _finish(self, trainer, pl_module) -> None:
@@ -267,7 +294,7 @@ class GpuProbe(L.Callback):
 
     def record(self, results: dict[str, Any]) -> None:
         """results.json's `gpu_probe` section (segperf's RunRecord calls this at the end)."""
-        why_not = self._can_count_syncs()
+        why_not = "failed: see errors" if "sync" in self._failed else self._can_count_syncs()
         self.section["sync"] = {"counted": why_not is None, "why_not": why_not, **self.sync.summary()}
         self.section["warmup_steps"] = self.warmup_steps
         results["gpu_probe"] = self.section

@@ -119,6 +119,9 @@ def check_runs(runs: list[Run], planned: list[str]) -> Verdict:
         figure += "; never started (time limit?): " + ", ".join(missing)
     if failed:
         figure += "; not completed: " + "; ".join(failed)
+    errors = [f"{r.label}: {e}" for r in runs for e in r.get("gpu_probe.errors") or []]
+    if errors:
+        figure += "; the probe's own errors (its evidence is missing there): " + "; ".join(errors[:4])
     return Verdict(name, PASS if done and not missing and not failed else FAIL, figure)
 
 
@@ -301,7 +304,8 @@ def check_precision(runs: list[Run], precision: str, dtype: str) -> Verdict:
         samples = r.get("gpu_probe.autocast") or []
         n = sum(1 for s in samples if s.get("enabled") and s.get("dtype") == dtype)
         loss = r.get("quality.val_loss")
-        figure = f"{r.label}: autocast {dtype} in {n}/{len(samples)} sampled steps, val loss {loss}"
+        shown = f"{loss:.3f}" if isinstance(loss, float | int) else loss
+        figure = f"{r.label}: autocast {dtype} in {n}/{len(samples)} sampled steps, val loss {shown}"
         scale = r.get("gpu_probe.grad_scaler.scale")
         if precision == "16-mixed":
             figure += f", loss scale {scale}"
@@ -360,6 +364,9 @@ def check_mfu(runs: list[Run]) -> Verdict:
 def check_host_sync(runs: list[Run]) -> Verdict:
     name = "no host synchronization per step in the hot path"
     counted = [r for r in runs if r.ok and r.get("gpu_probe.sync.counted")]
+    broken = [r.label for r in runs if str(r.get("gpu_probe.sync.why_not")).startswith("failed")]
+    if broken:
+        return Verdict(name, FAIL, "counting failed in " + ", ".join(broken) + " (gpu_probe.errors)")
     if not counted:
         why = next((r.get("gpu_probe.sync.why_not") for r in runs if r.get("gpu_probe.sync.why_not")), None)
         return Verdict(name, SKIP, why or "no run counted synchronizations")

@@ -260,6 +260,8 @@ def test_host_sync_fails_when_most_steady_steps_synchronize_and_ignores_fp16_los
     fp16 = run("all_fp16", gpu_probe__sync=every_step, config__trainer__precision="16-mixed")
     verdict = gv.check_host_sync([run("all"), fp16])
     assert verdict.status == "PASS"
+    broken = run("all", gpu_probe__sync={"counted": False, "why_not": "failed: see errors"})
+    assert gv.check_host_sync([broken]).status == "FAIL"  # not a SKIP: the device was there
 
 
 def test_data_wait_share_and_images_per_s_compare_the_baseline_with_opt_all():
@@ -276,12 +278,14 @@ def test_data_wait_share_and_images_per_s_compare_the_baseline_with_opt_all():
     assert gv.check_images_per_s([baseline(status="failed"), run("all")]).status == "FAIL"
 
 
-def test_runs_check_names_planned_runs_that_never_started_or_failed():
+def test_runs_check_names_planned_runs_that_never_started_or_failed_and_the_probes_errors():
     runs = [baseline(), run("all", status="interrupted", error="interrupted by SIGTERM")]
     verdict = gv.check_runs(runs, ["0_baseline", "all", "all_fp16"])
     assert verdict.status == "FAIL"
     assert "never started (time limit?): all_fp16" in verdict.figure and "interrupted by SIGTERM" in verdict.figure
     assert gv.check_runs(runs[:1], ["0_baseline"]).status == "PASS"
+    errors = gv.check_runs([baseline(gpu_probe__errors=["on_train_start: KeyError: 'x'"])], ["0_baseline"])
+    assert "+opt=0_baseline: on_train_start: KeyError: 'x'" in errors.figure
 
 
 def write_sweep(root: Path, runs) -> Path:
@@ -319,6 +323,19 @@ def test_loader_chain_follows_wrappers_without_their_attribute_delegation():
     chain = probe.loader_chain(Wrapper(Wrapper(loader)))
     assert [x["class"] for x in chain] == ["Wrapper", "Wrapper", "DataLoader"]
     assert chain[-1] == {"class": "DataLoader", "is_dataloader": True, "pin_memory": False, "num_workers": 0}
+
+
+def test_the_probe_never_stops_a_run_it_records_what_broke():
+    class Broken:
+        @property
+        def strategy(self):
+            raise RuntimeError("no strategy")
+
+    gpu_probe = probe.GpuProbe()
+    gpu_probe.on_train_start(Broken(), None)
+    results = {}
+    gpu_probe.record(results)
+    assert results["gpu_probe"]["errors"] == ["on_train_start: RuntimeError: no strategy"]
 
 
 def test_sync_counter_counts_torchs_sync_warnings_per_step_and_passes_others_through(monkeypatch):
