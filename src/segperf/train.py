@@ -6,6 +6,7 @@ the run's heavy imports (segperf.training.run: torch, Lightning, ...) are made.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -14,12 +15,15 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from segperf.command_line import output_folder_problem, quote_path_values
 from segperf.config import CONFIG_DIR
-from segperf.errors import SegperfError, explain, is_worker_error
+from segperf.errors import SegperfError, explain, is_worker_error, write_problem
 from segperf.training.resume import resume_argv
 
+CONFIG_NAME = "train"
 
-@hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from segperf.training.checkpoints import Terminated
     from segperf.training.run import train
@@ -27,12 +31,16 @@ def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    # the job's log file on a full disk: no "--- Logging error ---" traceback for every line
+    logging.raiseExceptions = False
     try:
         results = train(cfg, run_dir)
     except KeyboardInterrupt as error:  # before or after the trainer ran (it handles Ctrl-C itself)
         print("segperf: interrupted", file=sys.stderr)
         raise SystemExit(143 if isinstance(error, Terminated) else 130) from None
     except Exception as error:
+        if problem := write_problem(error, run_dir):  # a full or read-only disk: stops a sweep too
+            fail(problem)
         if not multirun:
             if isinstance(error, SegperfError) or is_worker_error(error):
                 fail(explain(error))
@@ -61,10 +69,14 @@ def fail(message: str) -> None:
 
 
 def cli() -> None:
+    """Paths as segperf prints them (`=` and `,` included) quoted for Hydra, `resume=` expanded
+    into the run's overrides, and the output folder tried, all before Hydra composes."""
     try:
-        sys.argv[1:] = resume_argv(sys.argv[1:])
+        sys.argv[1:] = quote_path_values(resume_argv(sys.argv[1:]))
     except SegperfError as error:
         fail(str(error))
+    if problem := output_folder_problem(sys.argv[1:], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
+        fail(problem)
     main()
 
 

@@ -13,21 +13,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from segperf.errors import WriteError, os_error_in
+
 
 def write_atomic(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Call `write` on a temp file in the same folder, fsync, then rename over the target: a
-    reader (or a crash) never sees half a file, and the previous file stays until the rename."""
+    reader (or a crash) never sees half a file, and the previous file stays until the rename.
+
+    A write that fails for an OSError (a full disk, a read-only or foreign folder; also when the
+    writer, such as torch.save, wraps it in its own error) raises WriteError naming the file,
+    its folder and the cause; the temp file is removed first and the previous file is intact."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise WriteError(path, error) from error
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        cause = os_error_in(error) if isinstance(error, Exception) else None
+        if cause is not None and not isinstance(error, WriteError):
+            raise WriteError(path, cause) from error
         raise
     return path
 

@@ -26,12 +26,16 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from segperf.errors import SegperfError
+from segperf.errors import SegperfError, is_write_failure, needs_code, unreadable_checkpoint
 from segperf.perf.results import write_atomic
 
 
 class UnsafeCheckpointError(SegperfError):
     """A checkpoint that only loads by running pickled code."""
+
+
+class UnreadableCheckpointError(SegperfError):
+    """A file that is not a readable checkpoint: cut short, or not a torch checkpoint at all."""
 
 
 class InterruptCheckpoint(Checkpoint):
@@ -47,6 +51,9 @@ class InterruptCheckpoint(Checkpoint):
         elif isinstance(exception, SIGTERMException):
             self.signal = "SIGTERM"
         if trainer.global_step == 0:
+            return
+        if is_write_failure(exception):  # a full or read-only disk: it would fail the same way
+            print(f"segperf: no {self.path.name}: the run folder cannot be written; earlier checkpoints are kept")
             return
         if trainer.world_size > 1 and self.signal is None:
             # DDP: an error stops one rank while the others sit in a collective and would never
@@ -82,11 +89,17 @@ def load_weights_only(path, map_location: Any = "cpu") -> dict[str, Any]:
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
+        if not needs_code(error):  # a damaged file: torch says UnpicklingError for that too
+            raise UnreadableCheckpointError(unreadable_checkpoint(path, error)) from error
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UnsafeCheckpointError(
             f"{path}: refused to load, it needs arbitrary unpickling, which can run code ({first}). "
             "Load only checkpoints written by segperf or another source you trust."
         ) from error
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # a zip cut short, a file of another kind, a directory
+        raise UnreadableCheckpointError(unreadable_checkpoint(path, error)) from error
 
 
 class Terminated(KeyboardInterrupt):

@@ -1,0 +1,171 @@
+"""What every entry point does to its command line before Hydra sees it.
+
+Paths as values. Hydra's override grammar splits a value on `=` and `,` (a sweep) and refuses a
+few other characters, but segperf's own folders have them: a sweep job's folder is named after
+its overrides, `multirun/<date>/<time>/0_pin=on,workers=2`, and users paste it back as
+`run_dir=...`, `ckpt=...` or `resume=...`. So the value of a path key is quoted for Hydra
+(`run_dir='multirun/.../0_pin=on,workers=2'`) when the grammar would not read it as the one
+string it is. A value the user quoted is left alone, and so is a value Hydra reads as a sweep of
+paths in `-m` (`ckpt=a.ckpt,b.ckpt`) unless the whole value is itself an existing path; a sweep
+of existing folders that have commas of their own becomes a sweep of quoted paths.
+
+The output folder. Hydra creates the run's folder and writes its `.hydra/` files before segperf
+runs, and reports a failure there with a traceback; `output_folder_problem` tries the folder
+first, so that a read-only or full disk is one line naming the folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+# keys whose value is a path, in any entry point (train, infer, bench); `+key=` and `++key=` too
+PATH_KEYS = (
+    "run_dir",
+    "ckpt",
+    "resume",
+    "out",
+    "data.root",
+    "data.cache_dir",
+    "data.synthetic.cache_dir",
+    "data.builtin.cache_dir",
+    "hydra.run.dir",
+    "hydra.sweep.dir",
+)
+_ARG = re.compile(r"^(?P<prefix>\+{0,2})(?P<key>[\w.]+)=(?P<value>.*)$", re.DOTALL)
+# Hydra's flags after which no run folder is written (they show something and stop)
+_SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+PROBE_BYTES = 64 * 1024  # more than Hydra's .hydra/ files take
+
+
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def hydra_quote(text: str) -> str:
+    """`text` as one single-quoted string of Hydra's grammar (its quote and the backslashes
+    before it, or at the end, escaped)."""
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"'{body}'"
+
+
+def _parsed(arg: str):
+    """Hydra's reading of an override, or None where its grammar refuses it."""
+    from hydra.errors import HydraException
+
+    try:
+        return _parser().parse_override(arg)
+    except HydraException:
+        return None
+
+
+def _is_quoted(value: str) -> bool:
+    return len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+
+
+def path_value(arg: str) -> str:
+    """The path an override `key=<value>` gives, unquoted and unescaped as Hydra will read it."""
+    value = arg.split("=", 1)[1]
+    if _is_quoted(value) or "\\" in value:
+        parsed = _parsed(arg)
+        if parsed is not None and isinstance(parsed.value(), str):
+            return parsed.value()
+    return value
+
+
+def _existing(text: str) -> bool:
+    return bool(text) and Path(text).expanduser().exists()
+
+
+def _as_existing_paths(value: str) -> list[str] | None:
+    """`value` cut at commas into two or more existing paths (each may have commas of its own),
+    or None where it is not such a list."""
+    parts, current = [], ""
+    for piece in value.split(","):
+        current = f"{current},{piece}" if current else piece
+        if _existing(current):
+            parts.append(current)
+            current = ""
+    return parts if len(parts) > 1 and not current else None
+
+
+def quote_path_values(argv: list[str], keys: tuple[str, ...] = PATH_KEYS) -> list[str]:
+    """`argv` with the value of every path key quoted where Hydra's grammar would not read it as
+    the path it is (see the module doc); everything else unchanged."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    return [_quoted_arg(arg, keys, multirun) for arg in argv]
+
+
+def _quoted_arg(arg: str, keys: tuple[str, ...], multirun: bool) -> str:
+    match = _ARG.match(arg)
+    if match is None or match["key"] not in keys:
+        return arg
+    value = match["value"]
+    if not value or _is_quoted(value) or "${" in value:  # nothing, the user's quoting, an interpolation
+        return arg
+    parsed = _parsed(arg)
+    if parsed is not None and not parsed.is_sweep_override() and parsed.value() == value:
+        return arg  # Hydra reads it as this very string
+    head = f"{match['prefix']}{match['key']}="
+    if _existing(value):
+        return head + hydra_quote(value)
+    if multirun:
+        listed = _as_existing_paths(value)
+        if listed is not None:  # a sweep over existing folders whose names have commas
+            return head + ",".join(hydra_quote(p) for p in listed)
+        if parsed is not None and parsed.is_sweep_override():
+            return arg  # a sweep of paths (each job says if its path is missing)
+    if parsed is not None and not isinstance(parsed.value(), str) and not parsed.is_sweep_override():
+        return arg  # null, a number: Hydra's value, not a path with odd characters
+    return head + hydra_quote(value)
+
+
+def _write_probe(folder: Path) -> None:
+    fd, name = tempfile.mkstemp(prefix=".segperf-write-test-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"\0" * PROBE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
+def output_folder_problem(argv: list[str], config_file: Path) -> str | None:
+    """One line when the run (or sweep) folder Hydra is about to create cannot be written — a
+    read-only file system, no permission, a full disk — else None. Tried in the nearest folder
+    that exists, with a temp file that is removed again; nothing is created."""
+    if any(a in _SHOW_FLAGS or a.startswith(("--cfg=", "--info=")) for a in argv):
+        return None
+    key = "hydra.sweep.dir" if any(a in ("-m", "--multirun") for a in argv) else "hydra.run.dir"
+    given = [path_value(a) for a in argv if a.split("=", 1)[0].lstrip("+") == key and "=" in a]
+    if given:
+        pattern = given[-1]
+    else:
+        from omegaconf import OmegaConf
+
+        try:
+            pattern = str(OmegaConf.select(OmegaConf.load(config_file), key, default=None) or "")
+        except Exception:  # not ours to report: Hydra will
+            return None
+    static = pattern.split("${", 1)[0]
+    folder = Path(static) if "${" not in pattern or static.endswith("/") else Path(static).parent
+    folder = folder.expanduser().absolute()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        where = existing or folder
+        return f"{key}={pattern}: {where} is not a folder; choose another {key}=<folder>"
+    from segperf.errors import WriteError, write_problem
+
+    try:
+        _write_probe(existing)
+    except OSError as error:
+        noun = "sweep" if key == "hydra.sweep.dir" else "run"
+        problem = WriteError(existing / "probe", error, f"where the {noun} folder {pattern} goes")
+        return write_problem(problem, setting=key, kept=False)
+    return None
