@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from segperf.bench.schema import BenchSettingsError, keys, register_schema, settings
+from segperf.command_line import quote_path_values
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError
 
@@ -75,6 +76,7 @@ def bench(cfg: DictConfig) -> None:
 
 def main(argv: list[str]) -> int:
     """Run the benchmark with `argv` (overrides and Hydra's flags); the exit status."""
+    argv = quote_path_values(argv)  # data.root=, out= as segperf prints paths (`=` and `,` too)
     saved = sys.argv
     sys.argv = [PROG, *argv]  # what Hydra parses; its usage line names this command
     try:

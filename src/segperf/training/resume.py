@@ -11,10 +11,12 @@ resumable) the position in the sampler's order.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from segperf.command_line import path_value
 from segperf.schema import SettingsError
 
 # Lightning saves `interrupted.ckpt` when a run is stopped (Ctrl-C, SIGTERM, an error) and
@@ -30,11 +32,15 @@ def resume_argv(argv: list[str]) -> list[str]:
         return argv
     if any(a in ("-m", "--multirun") for a in argv):
         raise SettingsError(["resume=: continues one run; it cannot be combined with -m (a sweep)"])
-    run_dir = Path(given[-1].split("=", 1)[1]).expanduser()
-    run_dirs = [a.split("=", 1)[1].strip("\"'") for a in argv if a.startswith("hydra.run.dir=")]
+    run_dir = Path(path_value(given[-1])).expanduser()  # as typed, quoted or not (segperf.command_line)
+    run_dirs = [path_value(a) for a in argv if a.startswith("hydra.run.dir=")]
     if run_dirs and Path(run_dirs[-1]).expanduser().resolve() == run_dir.resolve():
         return argv  # already rewritten: the other ranks of a DDP run start from rank 0's command
     recorded_file = run_dir / ".hydra" / "overrides.yaml"
+    if run_dir.is_file():
+        raise SettingsError(
+            [f"resume={run_dir}: a file, not a run folder; give the folder that holds the run's results.json"]
+        )
     if not recorded_file.is_file():
         raise SettingsError(
             [
@@ -58,7 +64,7 @@ def resume_checkpoint(run_dir: Path) -> Path:
                 [f"resume={run_dir}: that run completed; there is nothing to resume (start a new run instead)"]
             )
     found = [run_dir / "checkpoints" / name for name in CHECKPOINT_NAMES]
-    found = [path for path in found if path.is_file()]
+    found = sorted((path for path in found if path.is_file()), key=lambda path: path.stat().st_mtime, reverse=True)
     if not found:
         raise SettingsError(
             [
@@ -66,7 +72,23 @@ def resume_checkpoint(run_dir: Path) -> Path:
                 "start it again without resume="
             ]
         )
-    return max(found, key=lambda path: path.stat().st_mtime)
+    # a torch checkpoint is a zip archive: one cut short has no central directory at its end
+    readable = [path for path in found if zipfile.is_zipfile(path)]
+    if not readable:
+        names = " and ".join(path.name for path in found)
+        raise SettingsError(
+            [
+                f"resume={run_dir}: {names} in {run_dir / 'checkpoints'} "
+                f"{'is not a readable checkpoint' if len(found) == 1 else 'are not readable checkpoints'} "
+                "(truncated, or not a torch checkpoint); nothing to resume from: start the run again without resume="
+            ]
+        )
+    if readable[0] != found[0]:
+        print(
+            f"segperf: note: {found[0]} is not a readable checkpoint (truncated, or not a torch checkpoint); "
+            f"resuming from {readable[0].name} instead"
+        )
+    return readable[0]
 
 
 def resume_command(run_dir: Path) -> str:
