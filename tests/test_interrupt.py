@@ -13,7 +13,12 @@ from torch.utils.data import RandomSampler
 
 from segperf.data.resumable import ResumableLoader, SkippingSampler
 from segperf.schema import SettingsError
-from segperf.training.checkpoints import AtomicCheckpointIO, UnsafeCheckpointError, load_weights_only
+from segperf.training.checkpoints import (
+    AtomicCheckpointIO,
+    UnreadableCheckpointError,
+    UnsafeCheckpointError,
+    load_weights_only,
+)
 from segperf.training.resume import resume_argv, resume_checkpoint
 from tests.conftest import REPO
 
@@ -48,8 +53,8 @@ def fake_run_dir(tmp_path, status: str, checkpoints=("last.ckpt",)):
     (run / ".hydra" / "overrides.yaml").write_text("- batch_size=2\n- precision=bf16\n- hydra.run.dir=old\n")
     (run / "results.json").write_text(json.dumps({"status": status}))
     (run / "checkpoints").mkdir()
-    for name in checkpoints:
-        (run / "checkpoints" / name).write_bytes(b"x")
+    for step, name in enumerate(checkpoints):
+        torch.save({"global_step": step}, run / "checkpoints" / name)
         time.sleep(0.01)  # distinct modification times
     return run
 
@@ -69,6 +74,32 @@ def test_resume_recomposes_the_runs_recorded_overrides_with_new_ones_last(tmp_pa
 def test_resume_picks_the_newest_checkpoint(tmp_path):
     run = fake_run_dir(tmp_path, "interrupted", checkpoints=("last.ckpt", "interrupted.ckpt"))
     assert resume_checkpoint(run).name == "interrupted.ckpt"
+
+
+def test_resume_passes_over_a_truncated_checkpoint_to_the_readable_one_and_says_so(tmp_path, capsys):
+    run = fake_run_dir(tmp_path, "interrupted", checkpoints=("last.ckpt", "interrupted.ckpt"))
+    newest = run / "checkpoints" / "interrupted.ckpt"
+    newest.write_bytes(newest.read_bytes()[:100])  # an interrupted copy
+    assert resume_checkpoint(run).name == "last.ckpt"
+    assert f"segperf: note: {newest} is not a readable checkpoint" in capsys.readouterr().out
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(
+        SettingsError, match=r"last.ckpt and interrupted.ckpt in .* are not readable checkpoints .*without resume="
+    ):
+        resume_checkpoint(run)
+
+
+def test_a_checkpoint_cut_short_or_of_another_kind_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(1000)}}, path)
+    path.write_bytes(path.read_bytes()[:-200])
+    with pytest.raises(UnreadableCheckpointError) as error:
+        load_weights_only(path)
+    assert str(error.value).startswith(f"{path}: not a readable checkpoint; it is truncated")
+    assert len(str(error.value).splitlines()) == 1
+    path.write_text("hello")
+    with pytest.raises(UnreadableCheckpointError, match="not a readable checkpoint"):
+        load_weights_only(path)
 
 
 @pytest.mark.parametrize(

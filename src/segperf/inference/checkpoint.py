@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from segperf.errors import needs_code, unreadable_checkpoint
 from segperf.model.unet import UNet
 
 
@@ -63,6 +64,11 @@ def resolve_source(ckpt: str | None, run_dir: str | None) -> tuple[Path, dict[st
         if ckpt is None:
             ckpt = str(run / "checkpoints" / "last.ckpt")
     path = Path(ckpt).expanduser().absolute()
+    if path.is_dir():
+        raise InferenceError(
+            f"ckpt={path}: a folder, not a checkpoint file; give run_dir={path} for a training run's folder, "
+            "or ckpt=<its checkpoints/last.ckpt>"
+        )
     if not path.is_file():
         raise InferenceError(f"checkpoint not found: {path}")
     return path, train_config
@@ -73,13 +79,15 @@ def load_net(path: Path) -> UNet:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        if not needs_code(error):  # a damaged file: torch says UnpicklingError for that too
+            raise InferenceError(unreadable_checkpoint(path, error)) from None
         reason = str(error).strip().splitlines()[0]
         raise InferenceError(
             f"refusing to load {path}: it holds objects other than tensors and plain data, and segperf loads "
             f"checkpoints with weights_only=True so that no file can run code ({reason})"
         ) from None
-    except Exception as error:  # not a torch file at all
-        raise InferenceError(f"{path} is not a readable checkpoint: {type(error).__name__}: {error}") from None
+    except Exception as error:  # cut short, or not a torch file at all
+        raise InferenceError(unreadable_checkpoint(path, error)) from None
     if not isinstance(checkpoint, dict) or "net_config" not in checkpoint or "state_dict" not in checkpoint:
         raise InferenceError(f"{path} is not a segperf checkpoint (no net_config and state_dict)")
     state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
