@@ -26,7 +26,7 @@ _WORKER_EXITED = re.compile(
 _NEEDS_CODE = re.compile(r"GLOBAL |add_safe_globals|allowlisted|unrecognized function")
 _SIGNAL_NAMES = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
 
-# what an OSError while writing means, in words; the first four are about the disk, never the file
+# what an OSError while writing means, in words; a full or read-only disk is never the file's fault
 _FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file too large"}
 _READ_ONLY = {errno.EROFS: "read-only file system"}
 _DENIED = {errno.EACCES: "permission denied", errno.EPERM: "operation not permitted"}
