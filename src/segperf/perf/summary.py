@@ -39,8 +39,10 @@ def format_run_summary(results: dict[str, Any]) -> str:
         else f"{res['gpu_util_p50']:.0f}%/{res['gpu_util_p90']:.0f}%/{res['gpu_util_max']:.0f}%"
     )
     status = results.get("status", "?") + (f" ({results['error']})" if results.get("error") else "")
-    header = format_header(machine).splitlines() + [f"{'Load':<10}{format_load(results.get('machine_load'))}"]
-    lines = _section("Resources", header) if machine else []
+    lines = []
+    if machine:  # a record from before the machine was read (or a hand-made one) has none
+        header = format_header(machine).splitlines() + [f"{'Load':<10}{format_load(results.get('machine_load'))}"]
+        lines = _section("Resources", header)
     top = [
         _kv("Status", status),
         _kv("Data", f"{dataset.get('root', 'n/a')}"),
