@@ -85,8 +85,8 @@ gpu-wheels:  ## wheels of what the GPU machine lacks, into $(GPU_WHEELS_DIR)/ (s
 		test $$kib -le $$(($(GPU_WHEELS_MAX_MIB) * 1024)) || { echo "over $(GPU_WHEELS_MAX_MIB) MiB"; exit 1; }
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 
 tensorboard: setup
 	$(BIN)/tensorboard --logdir outputs
