@@ -70,7 +70,11 @@ def cnn_run(tmp_path_factory, tiny_mnist):
 def test_a_cnn_run_records_accuracy_the_split_and_its_flops(cnn_run):
     run_dir, results = cnn_run
     assert results["status"] == "completed"
-    assert set(results["quality"]) == {"val_accuracy", "val_loss"} and 0.0 <= results["quality"]["val_accuracy"] <= 1
+    quality = results["quality"]
+    assert set(quality) == {"val_accuracy", "val_loss", "first_val_accuracy", "first_val_loss", "val_history"}
+    assert 0.0 <= quality["val_accuracy"] <= 1
+    # validated once, at the end: the first validation is the last
+    assert quality["val_history"] == [{"step": 4, **{k: quality[k] for k in ("val_accuracy", "val_loss")}}]
     assert results["dataset"]["classes"] == 10 and results["dataset"]["train_images"] == 256
     assert results["train"]["images"] == 128 and results["train"]["images_per_s"] > 0
     assert results["throughput"]["train_flops_per_image"] > results["throughput"]["val_flops_per_image"] > 1e6

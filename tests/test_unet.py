@@ -47,3 +47,37 @@ def test_input_not_divisible_by_16_is_refused_with_the_fix():
 def test_unknown_upsample_is_refused():
     with pytest.raises(ValueError, match="upconv.*deconv"):
         UNet(upsample="nearest")
+
+
+def test_the_plain_net_is_the_seeds_without_any_norm_layer_and_with_conv_biases():
+    net = UNet()
+    assert net.config["norm"] == "none"
+    assert not any(isinstance(m, (torch.nn.BatchNorm2d, torch.nn.GroupNorm)) for m in net.modules())
+    assert all(m.bias is not None for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    assert not any("norm" in key for key in net.state_dict())  # a seed-era checkpoint's keys, exactly
+
+
+@pytest.mark.parametrize("norm, layer", [("batch", torch.nn.BatchNorm2d), ("group", torch.nn.GroupNorm)])
+def test_a_norm_follows_every_block_conv_and_that_conv_has_no_bias(norm, layer):
+    net = UNet(norm=norm)
+    blocks = [m for m in net.modules() if m.__class__.__name__ == "ResidualBlock"]
+    assert len(blocks) == 5 + 4  # encoder levels + decoder levels
+    for block in blocks:
+        assert isinstance(block.norm1, layer) and isinstance(block.norm2, layer)
+        assert block.conv1.bias is None and block.conv2.bias is None
+    # convs without a norm after them (stem, upsampling, head) keep theirs
+    assert net.stem.bias is not None and net.head.bias is not None
+    assert net(torch.rand(2, 3, 32, 48)).shape == (2, 2, 32, 48)
+    assert "norm=" + norm in describe(net, 256, 384)
+
+
+@pytest.mark.parametrize("norm", ["none", "batch", "group"])
+def test_every_norm_runs_the_inference_probe_twin_of_four_channels_on_its_smallest_input(norm):
+    net = UNet(norm=norm, stem_channels=4, level_channels=[4, 4, 4, 4, 4]).eval()  # 1x1 at the bottom level
+    with torch.inference_mode():
+        assert net(torch.rand(1, 3, 16, 16)).shape == (1, 2, 16, 16)
+
+
+def test_unknown_norm_is_refused_naming_the_options():
+    with pytest.raises(ValueError, match="none.*batch.*group"):
+        UNet(norm="layer")

@@ -55,6 +55,12 @@ class Upsample(Choice):
     deconv = "deconv"
 
 
+class Norm(Choice):
+    none = "none"
+    batch = "batch"
+    group = "group"
+
+
 class MemoryFormat(Choice):
     nchw = "nchw"
     channels_last = "channels_last"
@@ -129,6 +135,8 @@ class NetSchema:
     level_channels: list[int] = MISSING
     # the upsample group, which the U-Net's own defaults list brings (model/unet.yaml)
     upsample: Upsample = MISSING
+    # none: the seed's plain net; batch / group: a norm layer after each block conv (no conv bias)
+    norm: Norm = MISSING
 
 
 @dataclass
@@ -139,6 +147,9 @@ class ModelSchema:
     memory_format: MemoryFormat = MISSING
     compile: bool = MISSING
     sample_panels: int = MISSING
+    # a learning-rate schedule stepped every training step: a `_partial_: true` scheduler config
+    # (e.g. torch.optim.lr_scheduler.OneCycleLR), or null for a constant lr (the seed's)
+    scheduler: Any = None
 
 
 @dataclass

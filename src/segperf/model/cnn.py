@@ -11,8 +11,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.module import MemoryFormat, SegmentationModule
 
 SIDE = 28  # MNIST's image side
@@ -84,7 +86,7 @@ class DigitCNN(nn.Module):
         return "\n".join(lines)
 
 
-class ClassificationModule(L.LightningModule):
+class ClassificationModule(ValidationHistory, L.LightningModule):
     """Cross-entropy and Adam (lr 1e-3); validation accuracy with torchmetrics.
 
     Batches arrive as `(image uint8 [B, 28, 28], label int64 [B])`; the float conversion and
@@ -106,6 +108,7 @@ class ClassificationModule(L.LightningModule):
         if compile:
             self.net.compile()  # in place: state_dict keys stay the plain net's
         self.val_accuracy = MulticlassAccuracy(net.config["num_classes"], average="micro")
+        self.val_loss = MeanMetric()  # weighted by batch size
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         image, label = batch
@@ -124,14 +127,19 @@ class ClassificationModule(L.LightningModule):
         image, label = batch
         logits = self(image)
         self.val_accuracy.update(logits.argmax(dim=1), label)
-        self.log("val/loss", F.cross_entropy(logits, label), on_epoch=True, batch_size=image.shape[0], sync_dist=True)
+        self.val_loss.update(F.cross_entropy(logits, label), weight=image.shape[0])
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val/accuracy", self.val_accuracy.compute())
+        metrics = {"val/accuracy": self.val_accuracy.compute(), "val/loss": self.val_loss.compute()}
+        for name, value in metrics.items():
+            self.log(name, value)
+        self.remember_validation(metrics)  # quality.first_val_accuracy, quality.val_history
         self.val_accuracy.reset()
+        self.val_loss.reset()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+        return configure_adam(self, self.lr, None)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)  # the validation history
         checkpoint["net_config"] = dict(self.net.config)  # plain data: loads with weights_only=True

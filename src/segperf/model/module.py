@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch._dynamo.exc import TorchDynamoException
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.segmentation import DiceScore
 
+from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.unet import UNet
 
 MemoryFormat = Literal["nchw", "channels_last"]
 
 
-class SegmentationModule(L.LightningModule):
-    """Trains a segmentation net with cross-entropy and Adam (lr 1e-4, as in the seed).
+class SegmentationModule(ValidationHistory, L.LightningModule):
+    """Trains a segmentation net with cross-entropy and Adam (lr 1e-4 and no schedule, as in the
+    seed; `scheduler` is a learning-rate schedule stepped every training step, see
+    segperf.model.history.configure_adam).
 
     Batches arrive as `(image uint8 [B, H, W, 3], mask uint8 [B, H, W])`: uint8 moves 4x fewer
     bytes host-to-device than float32, and HWC is what the JPEG decoder produces. The float
     conversion and the memory-layout choice happen on the device, in `on_after_batch_transfer`.
     """
+
+    # what results.json's `quality` holds, and each validation's entry of `quality.val_history`
+    quality_metrics = ("val/pixel_accuracy", "val/dice", "val/loss")
 
     def __init__(
         self,
@@ -32,12 +40,15 @@ class SegmentationModule(L.LightningModule):
         memory_format: MemoryFormat = "nchw",
         compile: bool = False,
         sample_panels: int = 4,
+        scheduler: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__()
-        # logged to TensorBoard once at the end, with the run's outcome (segperf.training.run.log_hparams)
-        self.save_hyperparameters(ignore=["net"], logger=False)
+        # logged to TensorBoard once at the end, with the run's outcome (segperf.training.run.log_hparams);
+        # not the scheduler: a functools.partial, and checkpoints hold plain data only
+        self.save_hyperparameters(ignore=["net", "scheduler"], logger=False)
         self.net = net
         self.lr = lr
+        self.scheduler = scheduler
         self.memory_format = memory_format
         self.sample_panels = sample_panels
         if memory_format == "channels_last":
@@ -51,6 +62,7 @@ class SegmentationModule(L.LightningModule):
         num_classes = net.config["num_classes"]
         self.val_pixel_accuracy = MulticlassAccuracy(num_classes, average="micro", multidim_average="global")
         self.val_dice = DiceScore(num_classes, include_background=False, average="micro", input_format="index")
+        self.val_loss = MeanMetric()  # weighted by batch size: the mean over all validation images
 
     # -- device-side input conversion -------------------------------------------------------
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
@@ -102,20 +114,28 @@ class SegmentationModule(L.LightningModule):
         pred = logits.argmax(dim=1)
         self.val_pixel_accuracy.update(pred, mask)
         self.val_dice.update(pred, mask)
-        self.log("val/loss", loss, on_epoch=True, batch_size=image.shape[0], sync_dist=True)
+        self.val_loss.update(loss, weight=image.shape[0])
         if batch_idx == 0:
             self._log_sample_panels(image, mask, pred)
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val/pixel_accuracy", self.val_pixel_accuracy.compute())
-        self.log("val/dice", self.val_dice.compute())
-        self.val_pixel_accuracy.reset()
-        self.val_dice.reset()
+        # torchmetrics reduce over all ranks' validation images under DDP
+        metrics = {
+            "val/pixel_accuracy": self.val_pixel_accuracy.compute(),
+            "val/dice": self.val_dice.compute(),
+            "val/loss": self.val_loss.compute(),
+        }
+        for name, value in metrics.items():
+            self.log(name, value)
+        self.remember_validation(metrics)
+        for metric in (self.val_pixel_accuracy, self.val_dice, self.val_loss):
+            metric.reset()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+    def configure_optimizers(self) -> Any:
+        return configure_adam(self, self.lr, self.scheduler)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)  # the validation history
         # plain data, so `torch.load(weights_only=True)` can rebuild the net
         checkpoint["net_config"] = dict(self.net.config)
 

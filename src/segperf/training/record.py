@@ -150,6 +150,11 @@ class RunRecord:
         metrics = trainer.callback_metrics
         names = getattr(module, "quality_metrics", SEGMENTATION_QUALITY)  # the CNN's: val/accuracy, val/loss
         results["quality"] = {name.replace("/", "_"): _item(metrics.get(name)) for name in names}
+        # how far quality came: the first validation's values beside the last's, and each validation's
+        history = getattr(module, "val_history", None)
+        if history:
+            results["quality"] |= {f"first_{key}": value for key, value in history[0].items() if key != "step"}
+            results["quality"]["val_history"] = history
 
     def _write(self) -> None:
         """One run, one record: under DDP every rank runs train() and sends its row to rank 0,
