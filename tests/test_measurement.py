@@ -118,9 +118,9 @@ def test_a_slow_loader_shows_as_data_wait_and_a_data_bound_verdict(tmp_path, tin
     decode = CarvanaDataset.__getitem__
 
     def slow_decode(self, index):
-        # a slow disk or decoder: 2.4 s per batch of 4, well above a tiny step even on a busy
-        # 2-core machine (where one step has taken up to 1.2 s)
-        time.sleep(0.6)
+        # a slow disk or decoder: 4 s per batch of 4, well above a tiny step even on a busy
+        # 2-core machine (where one step has taken up to 1.6 s)
+        time.sleep(1.0)
         return decode(self, index)
 
     monkeypatch.setattr(CarvanaDataset, "__getitem__", slow_decode)
