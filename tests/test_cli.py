@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from segperf.config import available_cores
-from tests.conftest import REPO, TINY, run_cli
+from tests.conftest import REPO, TINY, compose_config, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -164,5 +164,6 @@ def test_readme_main_command_trains_the_baseline_on_built_in_data(tmp_path):
     (results_path,) = (tmp_path / "outputs").glob("*/*/results.json")
     results = json.loads(results_path.read_text())
     assert results["status"] == "completed" and results["dataset"]["synthetic"] is True
-    assert results["train"]["images"] == 24 and results["train"]["images_per_s"] > 0
+    demo = compose_config()  # size=demo, the default
+    assert results["train"]["images"] == demo.train_images and results["train"]["images_per_s"] > 0
     assert results["config"]["model"]["compile"] is False and results["config"]["data"]["num_workers"] == 0

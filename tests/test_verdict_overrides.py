@@ -75,7 +75,8 @@ def test_a_run_that_already_uses_every_loader_option_is_not_told_to_set_workers(
     assert "workers=auto" not in data_bound["text"] and "on already" in data_bound["text"]
     gpu = found["compute-bound on a GPU"]
     assert gpu["overrides"] == [] and "precision=bf16" not in gpu["text"]
-    assert found["warm-up-bound"]["overrides"] == ["train_images=96", "compile=off"]  # 4x the demo's 24
+    demo = compose_config().train_images  # size=demo, the default
+    assert found["warm-up-bound"]["overrides"] == [f"train_images={4 * demo}", "compile=off"]
 
 
 def test_sizes_are_suggested_as_numbers_from_the_runs_own():
