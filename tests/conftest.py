@@ -4,6 +4,7 @@ composed with Hydra's compose API and shrunk for the CPU."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,6 +54,24 @@ TINY_CARVANA_SUMMARY = {
     "page_cache": "warm",
     "page_cache_method": None,
 }
+
+
+@pytest.fixture
+def carvana_copy(tiny_carvana, tmp_path) -> Path:
+    """A copy of the tiny Carvana data that a test may damage (truncate, delete, add files)."""
+    root = tmp_path / "carvana"
+    shutil.copytree(tiny_carvana, root)
+    return root
+
+
+def images_of(root: Path) -> list[Path]:
+    """The training images of a Carvana-layout folder, sorted."""
+    return sorted((root / "train").glob("*.jpg"))
+
+
+def mask_of(image: Path) -> Path:
+    """The mask Kaggle's layout pairs with `image`."""
+    return image.parent.parent / "train_masks" / f"{image.stem}_mask.gif"
 
 
 # the CPU study's workload, tiny: 256 built-in training digits, 64 test digits, batch 32

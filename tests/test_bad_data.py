@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 
@@ -12,21 +11,12 @@ from PIL import Image, ImageFile
 
 from segperf.data.checks import BadDataError, apply_policy, check_samples, format_bad
 from segperf.data.layout import find_samples
+from tests.conftest import images_of, mask_of
 
 
 @pytest.fixture
-def data(tiny_carvana, tmp_path) -> Path:
-    root = tmp_path / "carvana"
-    shutil.copytree(tiny_carvana, root)
-    return root
-
-
-def _images(root: Path) -> list[Path]:
-    return sorted((root / "train").glob("*.jpg"))
-
-
-def _mask_of(image: Path) -> Path:
-    return image.parent.parent / "train_masks" / f"{image.stem}_mask.gif"
+def data(carvana_copy) -> Path:
+    return carvana_copy
 
 
 def _cut_in_half(path: Path) -> Path:
@@ -55,20 +45,20 @@ def test_clean_set_has_no_bad_samples_and_stray_files_are_not_samples(data):
 
 
 def test_truncated_jpeg_is_reported_with_its_path(data):
-    image = _cut_in_half(_images(data)[3])
+    image = _cut_in_half(images_of(data)[3])
     reasons = _reasons(data)
     assert list(reasons) == [image]
     assert "truncated" in reasons[image]
 
 
 def test_jpeg_with_trailing_zero_padding_is_not_truncated(data):
-    image = _images(data)[0]
+    image = images_of(data)[0]
     image.write_bytes(image.read_bytes() + b"\x00" * 10 + b"\n")
     assert _reasons(data) == {}
 
 
 def test_corrupt_jpeg_and_empty_file_are_reported(data):
-    garbage, empty = _images(data)[1], _images(data)[20]
+    garbage, empty = images_of(data)[1], images_of(data)[20]
     garbage.write_bytes(b"this is not a jpeg at all" * 100)
     empty.write_bytes(b"")
     reasons = _reasons(data, workers=2)
@@ -78,7 +68,7 @@ def test_corrupt_jpeg_and_empty_file_are_reported(data):
 
 
 def test_png_named_jpg_is_reported_as_not_a_jpeg(data):
-    image = _images(data)[2]
+    image = images_of(data)[2]
     with Image.open(image) as im:
         im.load()
         im.save(image, format="PNG")
@@ -87,7 +77,7 @@ def test_png_named_jpg_is_reported_as_not_a_jpeg(data):
 
 
 def test_unreadable_gif_mask_is_reported_with_the_mask_path(data):
-    mask = _mask_of(_images(data)[5])
+    mask = mask_of(images_of(data)[5])
     mask.write_bytes(b"\x13\x37garbage" * 50)
     reasons = _reasons(data)
     assert list(reasons) == [mask]
@@ -95,15 +85,15 @@ def test_unreadable_gif_mask_is_reported_with_the_mask_path(data):
 
 
 def test_truncated_gif_mask_is_reported(data):
-    mask = _cut_in_half(_mask_of(_images(data)[6]))
+    mask = _cut_in_half(mask_of(images_of(data)[6]))
     reasons = _reasons(data)
     assert list(reasons) == [mask]
     assert "truncated GIF" in reasons[mask]
 
 
 def test_image_mask_size_mismatch_names_both_sizes(data):
-    image = _images(data)[7]
-    mask = _mask_of(image)
+    image = images_of(data)[7]
+    mask = mask_of(image)
     with Image.open(mask) as im:
         im.load()
         im.resize((120, 80), Image.NEAREST).save(mask, format="GIF")
@@ -113,7 +103,7 @@ def test_image_mask_size_mismatch_names_both_sizes(data):
 
 
 def test_policy_raise_lists_first_five_files_and_how_many_more(data):
-    images = _images(data)
+    images = images_of(data)
     damaged = images[:7]
     for image in damaged:
         raw = image.read_bytes()
@@ -139,12 +129,12 @@ def test_policy_raise_lists_first_five_files_and_how_many_more(data):
 
 
 def test_policy_skip_leaves_out_bad_samples_with_one_warning(data):
-    images = _images(data)
+    images = images_of(data)
     truncated, mismatched = images[0], images[9]
     truncated.write_bytes(truncated.read_bytes()[:100])
-    with Image.open(_mask_of(mismatched)) as im:
+    with Image.open(mask_of(mismatched)) as im:
         im.load()
-        im.resize((60, 40)).save(_mask_of(mismatched), format="GIF")
+        im.resize((60, 40)).save(mask_of(mismatched), format="GIF")
     samples = find_samples(data)
     report = check_samples(samples)
     with warnings.catch_warnings(record=True) as caught:
@@ -160,7 +150,7 @@ def test_policy_skip_leaves_out_bad_samples_with_one_warning(data):
             "kind": "truncated",
         },
         {
-            "path": str(_mask_of(mismatched)),
+            "path": str(mask_of(mismatched)),
             "reason": "size mismatch: image 240x160 but mask 60x40",
             "kind": "size mismatch",
         },
@@ -168,19 +158,19 @@ def test_policy_skip_leaves_out_bad_samples_with_one_warning(data):
 
 
 def test_orphan_masks_are_listed_not_fatal(data):
-    image = _images(data)[4]
+    image = images_of(data)[4]
     image.unlink()
     samples = find_samples(data)
     report = check_samples(samples)
-    assert report.orphan_masks == [_mask_of(image)]
+    assert report.orphan_masks == [mask_of(image)]
     assert report.bad == []
     with pytest.warns(UserWarning, match=r"1 mask\(s\) without an image .*not used"):
         kept, skipped = apply_policy(samples, report, "raise")
     assert kept == samples
-    assert skipped == [{"path": str(_mask_of(image)), "reason": "mask without an image (not used)", "kind": "no image"}]
+    assert skipped == [{"path": str(mask_of(image)), "reason": "mask without an image (not used)", "kind": "no image"}]
 
 
-def test_check_does_not_decode_images(data, monkeypatch):
+def test_check_does_not_decodeimages_of(data, monkeypatch):
     def no_decode(self, *args, **kwargs):
         raise AssertionError("check_samples decoded pixels")
 
@@ -200,7 +190,7 @@ def test_check_does_not_decode_images(data, monkeypatch):
 def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(data, tiny_cfg, tmp_path):
     from segperf.training.run import train
 
-    root, victim = data, _cut_in_half(_images(data)[5])
+    root, victim = data, _cut_in_half(images_of(data)[5])
     with pytest.raises(BadDataError, match=victim.name) as error:
         train(tiny_cfg(f"data.root={root}"), tmp_path / "run")
     assert "data.on_bad_sample=skip" in str(error.value)
@@ -212,7 +202,7 @@ def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(dat
 def test_skip_leaves_the_bad_sample_out_and_records_it_in_results(data, tiny_cfg, tmp_path):
     from segperf.training.run import train
 
-    root, victim = data, _cut_in_half(_images(data)[5])
+    root, victim = data, _cut_in_half(images_of(data)[5])
     with pytest.warns(UserWarning, match="1"):
         results = train(tiny_cfg(f"data.root={root}", "data.on_bad_sample=skip"), tmp_path / "run")
     assert results["status"] == "completed"

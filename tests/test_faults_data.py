@@ -16,41 +16,31 @@ from segperf.data.checks import BadDataError, apply_policy, check_layout
 from segperf.data.layout import scan_layout
 from segperf.data.mnist import read_splits
 from segperf.errors import DataLayoutError
-from tests.conftest import TINY, run_cli
+from tests.conftest import TINY, images_of, mask_of, run_cli
 
 
 @pytest.fixture
-def data(tiny_carvana, tmp_path) -> Path:
-    root = tmp_path / "carvana"
-    shutil.copytree(tiny_carvana, root)
-    return root
-
-
-def _images(root: Path) -> list[Path]:
-    return sorted((root / "train").glob("*.jpg"))
-
-
-def _mask_of(image: Path) -> Path:
-    return image.parent.parent / "train_masks" / f"{image.stem}_mask.gif"
+def data(carvana_copy) -> Path:
+    return carvana_copy
 
 
 def dirty(root: Path) -> dict[str, Path]:
     """One file of each kind of problem, in a copy of tiny_carvana (80 samples)."""
-    images = _images(root)
+    images = images_of(root)
     truncated, no_mask, empty, mismatched, orphaned = images[3], images[10], images[20], images[30], images[40]
     truncated.write_bytes(truncated.read_bytes()[:1000])
-    _mask_of(no_mask).unlink()
+    mask_of(no_mask).unlink()
     empty.write_bytes(b"")
-    with Image.open(_mask_of(mismatched)) as im:
+    with Image.open(mask_of(mismatched)) as im:
         im.load()
-        im.resize((60, 40)).save(_mask_of(mismatched), format="GIF")
+        im.resize((60, 40)).save(mask_of(mismatched), format="GIF")
     orphaned.unlink()
     return {
         "truncated": truncated,
         "no mask": no_mask,
         "empty": empty,
-        "size mismatch": _mask_of(mismatched),
-        "no image": _mask_of(orphaned),
+        "size mismatch": mask_of(mismatched),
+        "no image": mask_of(orphaned),
     }
 
 
@@ -68,14 +58,14 @@ def test_a_dirty_folder_lists_the_truncated_jpeg_and_the_missing_mask_together(d
         f"- truncated (1): {bad['truncated']}: truncated JPEG (no end-of-image marker)",
         f"- empty (1): {bad['empty']}: empty file (0 bytes)",
         f"- image/mask size mismatch (1): {bad['size mismatch']}: size mismatch: image 240x160 but mask 60x40",
-        f"- without a mask (1): {bad['no mask']}: no mask ({_mask_of(bad['no mask'])} is missing)",
+        f"- without a mask (1): {bad['no mask']}: no mask ({mask_of(bad['no mask'])} is missing)",
         f"- mask without an image (1; not used, not an error): {bad['no image']}",
     ]
 
 
 def test_an_image_without_a_mask_is_checked_too(data):
-    image = _images(data)[7]
-    _mask_of(image).unlink()
+    image = images_of(data)[7]
+    mask_of(image).unlink()
     image.write_bytes(image.read_bytes()[:500])
     report = check_layout(scan_layout(data))
     assert [(b.path, b.kind) for b in report.bad] == [(image, "truncated"), (image, "no mask")]
@@ -84,11 +74,11 @@ def test_an_image_without_a_mask_is_checked_too(data):
 
 
 def test_the_error_names_the_first_five_of_each_kind_and_counts_them_all(data):
-    images = _images(data)
+    images = images_of(data)
     for image in images[:7]:
         image.write_bytes(image.read_bytes()[:800])
     for image in images[40:46]:
-        _mask_of(image).unlink()
+        mask_of(image).unlink()
     report = check_layout(scan_layout(data))
     message = str(pytest.raises(BadDataError, apply_policy, report.samples, report, "raise").value)
     headline, truncated, no_mask = message.splitlines()

@@ -12,6 +12,32 @@ from omegaconf import OmegaConf
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
+# Each optimization axis of a training run and the config key it reads: what results.json's
+# `axes` records (segperf.training.record) and what the report maps `adjusted.<key>` back to
+# (segperf.report.settings). Here, torch-free, so that both read one table.
+TRAINING_AXIS_KEYS = {
+    "workers": "data.num_workers",
+    "prefetch": "data.prefetch_factor",
+    "pin": "data.pin_memory",
+    "upsample": "model.net.upsample",
+    "memory_format": "model.memory_format",
+    "compile": "model.compile",
+    "precision": "trainer.precision",
+    "threads": "num_threads",
+    # the data pipeline (Carvana)
+    "decode": "data.decode",
+    "cache": "data.cache",
+    "augment": "data.augment",
+    "cold_cache": "data.cold_cache",
+    "batch_size": "batch_size",
+    "train_images": "train_images",
+    # data-parallel (trainer=ddp): ranks = devices x num_nodes
+    "strategy": "trainer.strategy",
+    "devices": "trainer.devices",
+    "num_nodes": "trainer.num_nodes",
+}
+
+
 def available_cores() -> int:
     """CPU cores this process may run on: its affinity mask (taskset, cgroups, SLURM), not the
     machine's core count, which over-subscribes a constrained job."""

@@ -14,28 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# axis name -> the config key it reads. The same table as segperf.training.record.axis_settings,
-# written out here because the report must not import the training code (it runs without torch).
-AXIS_KEYS = {
-    "workers": "data.num_workers",
-    "prefetch": "data.prefetch_factor",
-    "pin": "data.pin_memory",
-    "upsample": "model.net.upsample",
-    "memory_format": "model.memory_format",
-    "compile": "model.compile",
-    "precision": "trainer.precision",
-    "threads": "num_threads",
-    "decode": "data.decode",
-    "cache": "data.cache",
-    "augment": "data.augment",
-    "cold_cache": "data.cold_cache",
-    "batch_size": "batch_size",
-    "train_images": "train_images",
-    "strategy": "trainer.strategy",
-    "devices": "trainer.devices",
-    "num_nodes": "trainer.num_nodes",
-    "runtime": "runtime.name",
-}
+from segperf.config import TRAINING_AXIS_KEYS
+
+# axis name -> the config key it reads: training's axes, and the inference benchmark's runtime
+AXIS_KEYS = {**TRAINING_AXIS_KEYS, "runtime": "runtime.name"}
 AXIS_OF_KEY = {key: axis for axis, key in AXIS_KEYS.items()}
 # override groups that only choose axis options (the ladder's and the tuner's presets): what
 # they set is in `axes`, so `+opt=3_pin` and `+opt=2_workers` compare by what they turned on

@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from segperf.config import plain_config
+from segperf.config import TRAINING_AXIS_KEYS, plain_config
 from segperf.errors import explain, is_worker_error
 from segperf.perf.machine_load import load_at_end, load_at_start
 from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
@@ -181,29 +181,8 @@ class RunRecord:
 def axis_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The value each optimization axis resolved to: what a sweep varies, and what TensorBoard's
     HParams view and the report group runs by. None for a key the workload does not have."""
-    keys = {
-        "workers": "data.num_workers",
-        "prefetch": "data.prefetch_factor",
-        "pin": "data.pin_memory",
-        "upsample": "model.net.upsample",
-        "memory_format": "model.memory_format",
-        "compile": "model.compile",
-        "precision": "trainer.precision",
-        "threads": "num_threads",
-        # the data pipeline (Carvana)
-        "decode": "data.decode",
-        "cache": "data.cache",
-        "augment": "data.augment",
-        "cold_cache": "data.cold_cache",
-        "batch_size": "batch_size",
-        "train_images": "train_images",
-        # data-parallel (trainer=ddp): ranks = devices x num_nodes
-        "strategy": "trainer.strategy",
-        "devices": "trainer.devices",
-        "num_nodes": "trainer.num_nodes",
-    }
     plain = OmegaConf.create(config)
-    return {axis: OmegaConf.select(plain, key) for axis, key in keys.items()}
+    return {axis: OmegaConf.select(plain, key) for axis, key in TRAINING_AXIS_KEYS.items()}
 
 
 def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
