@@ -170,7 +170,7 @@ def test_orphan_masks_are_listed_not_fatal(data):
     assert skipped == [{"path": str(mask_of(image)), "reason": "mask without an image (not used)", "kind": "no image"}]
 
 
-def test_check_does_not_decodeimages_of(data, monkeypatch):
+def test_check_does_not_decode_images(data, monkeypatch):
     def no_decode(self, *args, **kwargs):
         raise AssertionError("check_samples decoded pixels")
 
