@@ -1,0 +1,58 @@
+"""What the search sees of one short measured run (a probe), and what it asks for.
+
+The search (segperf.tune.search) never runs anything itself: it hands batches of candidate
+configurations to a `Measure` callable and decides on the `Probe`s that come back. The tuner's
+sweeper runs them as ordinary training jobs through the configured Hydra launcher and reads each
+job's results.json; the tests hand it a fake workload with known speeds and seeded noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# A configuration is the tuple of Hydra override strings that sets it on top of the tune's start,
+# sorted, e.g. ("compile=on", "precision=bf16"); () is the start itself.
+Config = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One finished (or failed) short training run of `config`."""
+
+    config: Config
+    # training images/s after warm-up (results.json train.images_per_s); None when the run failed
+    images_per_s: float | None
+    # settings the machine could not honour: `key: reason` for each `adjusted` entry whose
+    # used value differs from the requested one (results.json `adjusted.<key>`); empty = applied
+    not_applied: tuple[str, ...] = ()
+    # the run's quality (val Dice for segmentation, val accuracy for classification), if measured
+    quality: float | None = None
+    # wall time the probe took, start-up and warm-up included: what it cost of the budget
+    wall_s: float = 0.0
+    # stopped at the time limit (its images/s are of the steps it finished)
+    cut: bool = False
+    # where its results.json is (None for a fake workload)
+    run_dir: str | None = None
+    # why it failed, one line (None when it finished)
+    failed: str | None = None
+    # the batch-mean training loss per logged step, for loss-curve comparisons (may be empty)
+    losses: tuple[float, ...] = field(default_factory=tuple)
+
+    @property
+    def applied(self) -> bool:
+        return not self.not_applied
+
+
+# Runs each configuration of the batch once, in the order given (A B A B interleaving is the
+# caller's: it passes [a, b, a, b]), and returns one Probe per entry, in the same order. The
+# float is the most wall time one probe may take (None: no limit): a probe past it is stopped and
+# reports the images/s of the steps it finished after warm-up (images_per_s None and `failed`
+# saying so when it finished none), so that one pathological candidate (bf16 emulated on a CPU
+# without bf16 instructions runs ~50x slower) cannot eat the budget.
+Measure = Callable[[Sequence[Config], float | None], list[Probe]]
+
+
+def config_of(overrides: Sequence[str]) -> Config:
+    """The canonical form of a configuration: its override strings, without duplicates, sorted."""
+    return tuple(sorted(set(overrides)))
