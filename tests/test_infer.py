@@ -97,6 +97,7 @@ def test_infer_writes_counts_rates_and_the_training_runs_quality(tiny_run, tmp_p
     assert quality["val_pixel_accuracy"] == pytest.approx(trained["val_pixel_accuracy"], abs=1e-4)
     assert quality["val_dice"] == pytest.approx(trained["val_dice"], abs=1e-4)
     assert (quality["agreement_vs_fp32"], quality["dice_vs_fp32"]) == (1.0, 1.0)
+    assert quality["dice_change_vs_fp32"] == 0.0 and quality["fp32_val_dice"] == quality["val_dice"]
     assert results["notices"] == [] and results["adjusted"] == {}
 
 
@@ -116,7 +117,10 @@ def test_reduced_weight_precision_keeps_the_learned_models_car_masks(tiny_run, t
     quality = results["quality"]
     assert quality["agreement_vs_fp32"] >= MIN_AGREEMENT
     assert quality["dice_vs_fp32"] >= MIN_DICE_VS_FP32
-    assert abs(quality["val_dice"] - fp32["quality"]["val_dice"]) <= MAX_DICE_CHANGE
+    # the Dice change it reports is the one measured side by side with the fp32 run
+    assert quality["fp32_val_dice"] == pytest.approx(fp32["quality"]["val_dice"], abs=1e-6)
+    assert quality["dice_change_vs_fp32"] == pytest.approx(quality["val_dice"] - fp32["quality"]["val_dice"], abs=1e-6)
+    assert abs(quality["dice_change_vs_fp32"]) <= MAX_DICE_CHANGE
 
 
 def test_the_checkpoint_rebuilds_the_trained_norm_and_a_seed_era_one_loads_as_the_plain_net(tiny_run, tmp_path):

@@ -142,10 +142,15 @@ def dice(pred: list[torch.Tensor], target: list[torch.Tensor], num_classes: int)
 
 
 def quality(m: Measurement, reference: list[torch.Tensor], num_classes: int) -> dict[str, float]:
-    """Accuracy against the ground truth, and agreement with the fp32 model's predictions."""
+    """Accuracy against the ground truth, agreement with the fp32 model's predictions, and what a
+    cast costs: `dice_change_vs_fp32`, this run's Dice against the masks minus the fp32 model's on
+    the same images (0.0 for the fp32 run itself; negative: the cast lost quality)."""
+    val_dice = dice(m.preds, m.masks, num_classes)
     return {
         "val_pixel_accuracy": pixel_agreement(m.preds, m.masks),
-        "val_dice": dice(m.preds, m.masks, num_classes),
+        "val_dice": val_dice,
+        "fp32_val_dice": (fp32_dice := dice(reference, m.masks, num_classes)),
+        "dice_change_vs_fp32": val_dice - fp32_dice,
         "agreement_vs_fp32": pixel_agreement(m.preds, reference),
         "dice_vs_fp32": dice(m.preds, reference, num_classes),
     }

@@ -38,7 +38,8 @@ def format_summary(results: dict[str, Any]) -> str:
     if q:
         lines += [
             f"  vs masks     pixel accuracy {q['val_pixel_accuracy']:.4f}, Dice {q['val_dice']:.4f}",
-            f"  vs fp32      pixel agreement {q['agreement_vs_fp32']:.4%}, Dice {q['dice_vs_fp32']:.4f}",
+            f"  vs fp32      pixel agreement {q['agreement_vs_fp32']:.4%}, Dice {q['dice_vs_fp32']:.4f}; "
+            f"Dice change {q['dice_change_vs_fp32']:+.4f} (fp32 {q['fp32_val_dice']:.4f})",
         ]
     if onnx := results.get("onnx"):
         lines.append(f"  onnx         max |logit diff| {onnx['max_abs_diff']:.3g}, agreement {onnx['agreement']:.4%}")
