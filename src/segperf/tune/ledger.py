@@ -1,0 +1,118 @@
+"""The tune's ledger: every probe the search asks for, replayed from the journal or measured, the
+time it cost, and what the next ones will cost.
+
+Kept apart from the decisions (segperf.tune.search) so that those read as the strategy: the
+ledger is the one place that calls a Measure, writes the journal, keeps the clock and prices a
+plan against the budget. Time spent is the journal's: each record carries the tune's elapsed
+seconds when it was made, so a rerun that replays it continues the same clock (and so takes the
+same budget decisions the interrupted run took), then adds its own time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from segperf.tune.journal import QUALITY, SPEED, Journal
+from segperf.tune.probe import Config, Measure, Probe
+
+
+class Ledger:
+    def __init__(
+        self,
+        measures: dict[str, Measure | None],
+        *,
+        budget_s: float,
+        journal: Journal | None,
+        clock: Callable[[], float],
+        progress: Callable[[str], None] | None,
+        limit_factor: float,
+        limit_floor_s: float,
+    ) -> None:
+        self.measures, self.budget_s, self.journal, self.clock = measures, budget_s, journal, clock
+        self.progress, self.limit_factor, self.limit_floor_s = progress, limit_factor, limit_floor_s
+        self._repeats: Counter[tuple[str, Config]] = Counter()
+        self._walls: dict[tuple[str, Config], list[float]] = {}
+        self._base, self._mark = 0.0, clock()  # elapsed = base + (clock() - mark)
+        self.where = ""  # the stage and step the progress lines name
+
+    def elapsed(self) -> float:
+        return self._base + (self.clock() - self._mark)
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def probe(self, kind: str, configs: Sequence[Config], labels: Sequence[str], limit: float | None) -> list[Probe]:
+        """Probes of `configs`, in order: replayed from the journal where it has this repeat of the
+        configuration, the rest measured in one call, interleaved as given, and journaled; one
+        progress line per probe."""
+        requests = []
+        for config in configs:
+            requests.append((config, self._repeats[(kind, config)]))
+            self._repeats[(kind, config)] += 1
+        found: list[Probe | None] = [None] * len(requests)
+        for i, (config, repeat) in enumerate(requests):
+            hit = self.journal.lookup(kind, config, repeat) if self.journal is not None else None
+            if hit is not None:
+                found[i] = hit[0]
+                self._base, self._mark = max(self.elapsed(), hit[1]), self.clock()
+        replayed = {i for i, probe in enumerate(found) if probe is not None}
+        missing = [i for i in range(len(requests)) if i not in replayed]
+        if missing:
+            measured = self.measures[kind]([requests[i][0] for i in missing], limit)
+            if len(measured) != len(missing):
+                raise RuntimeError(f"the tune's measure gave {len(measured)} probes for {len(missing)} configurations")
+            now = self.elapsed()
+            for i, probe in zip(missing, measured, strict=True):
+                config, repeat = requests[i]
+                found[i] = probe if probe.config == config else replace(probe, config=config)
+                if self.journal is not None:
+                    self.journal.record(kind, repeat, found[i], now)
+        for i, probe in enumerate(found):
+            self._walls.setdefault((kind, requests[i][0]), []).append(probe.wall_s)
+            self._report(kind, labels[i], probe, i in replayed)
+        return found
+
+    def alias(self, kind: str, config: Config, like: Config) -> None:
+        """Price `config` by `like`'s probes (a preset without a setting the machine ignored ran as it)."""
+        if (kind, config) not in self._walls:
+            self._walls[(kind, config)] = list(self._walls.get((kind, like), []))
+
+    def estimate(self, kind: str, config: Config, reference: Config) -> float:
+        """A probe's expected wall time: the median of its own so far, else the reference's (an
+        untried candidate costs about what the best does), else that of every probe of the kind."""
+        walls = self._walls.get((kind, config)) or self._walls.get((kind, reference))
+        if not walls:
+            walls = [w for (k, _), ws in self._walls.items() if k == kind for w in ws] or [0.0]
+        return statistics.median(walls)
+
+    def cost(self, kind: str, configs: Sequence[Config], reference: Config) -> float:
+        return sum(self.estimate(kind, config, reference) for config in configs)
+
+    def limit(self, kind: str, reference: Config) -> float:
+        """The most wall time one probe may take: `limit_factor` times the reference's (the best's)
+        probe, at least `limit_floor_s` (compilation is a warm-up the first steps pay); before any
+        probe of the kind, a quarter of the budget."""
+        if not any(k == kind for k, _ in self._walls):
+            return max(self.limit_floor_s, self.budget_s / 4)
+        return max(self.limit_floor_s, self.limit_factor * self.estimate(kind, reference, reference))
+
+    def _report(self, kind: str, label: str, probe: Probe, replayed: bool) -> None:
+        if self.progress is None:
+            return
+        if probe.failed is not None and not probe.cut:
+            outcome = f"failed: {probe.failed}"
+        elif kind == QUALITY:
+            outcome = f"quality {probe.quality:.3f}" if probe.quality is not None else "no quality"
+        else:
+            outcome = f"{probe.images_per_s:.3g} images/s" if probe.images_per_s is not None else "no images/s"
+        extras = [word for word, on in (("cut at the time limit", probe.cut), ("not applied", probe.not_applied)) if on]
+        extras += ["from the journal"] if replayed else []
+        tail = f" ({', '.join(extras)})" if extras else ""
+        clock = f"{self.elapsed() / 60:.1f}/{self.budget_s / 60:.1f} min"
+        self.progress(f"[{self.where}, {clock}] {label}: {outcome}{tail}")
+
+
+__all__ = ["Ledger", "QUALITY", "SPEED"]

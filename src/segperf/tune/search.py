@@ -1,0 +1,395 @@
+"""The tuner's search: which configuration is fastest on this machine, decided on measured probes.
+
+Strategy (README, "Tuning"):
+
+1. **Presets.** The start and each preset (`+opt=all`, `+opt=all compile=off`, spelt out as group
+   overrides by segperf.tune.space.presets) are measured interleaved, A B C A B C, until each
+   preset is distinguishable from the start at `level` or has `max_runs` probes. The fastest
+   preset that is distinguishably faster becomes the current best, so the tuned result starts
+   from, and never ends below, the best preset. A preset setting the machine did not honour
+   (pin=on without a GPU) is dropped from it first: what ran is the preset without it.
+2. **Coordinate ascent.** From the current best, each option of each axis (space.axes, in its
+   order) is measured against the best, interleaved A B A B, `min_runs` pairs and then one pair
+   at a time up to `max_runs`, until distinguishable. An option is kept only when it is faster
+   beyond noise, ran as asked (nothing in `not_applied`) and did not fail; it then is the best
+   the next options are measured against. An option the best already has is not measured. A
+   second pass re-tries the axes where something was kept, against the final best, since
+   axes interact (workers pay off only once decoding is cheap, and the reverse).
+3. **Quality guard** (with `quality`): the start's learning run is done first (its wall time
+   prices the reserve below), the tuned configuration's at the end. A tuned quality below the
+   start's by more than `quality_tolerance` rejects it; the changes that alter what is learned
+   (space.CHANGES_LEARNING: precision first) are undone one at a time and re-checked, and the
+   start is the answer when none passes.
+4. **Final.** The start, each preset and the tuned configuration, interleaved, `min_runs` rounds:
+   the side-by-side the report shows.
+
+Every "faster beyond noise" is segperf.report.stats.compare_throughput (Welch's t on log
+images/s), the same decision the sweep report states. Why repeat only until distinguishable:
+a clear 1.5x needs two pairs, a no-op is given up after `max_runs`; and why pairs are
+interleaved: a machine drifts (thermal, other load) over minutes, and A B A B spreads the drift
+over both sides. Checking after every pair is a sequential test, so a no-op is kept somewhat
+more often than 2.5% (tests/test_tune_search.py measures it on a simulated workload).
+
+Why by hand and not Optuna: the decision per candidate is a noise-aware A/B comparison against the
+current best, and "not applied" and "cut" are verdicts of their own; Optuna's samplers optimise a
+single scalar per trial and would rank two noisy trials of the same configuration apart.
+
+Budget: a comparison starts only when the remaining budget pays for it at its minimum plus the
+reserve for the quality and final stages, all priced by the median wall time of the probes of
+each configuration measured so far; each probe gets a time limit of `limit_factor` times the
+best's probe wall time (at least `limit_floor_s`; a quarter of the budget before anything was
+measured), so that a pathologically slow candidate (bf16 emulated on a CPU: ~50x) is cut, judged
+slower, and not measured again. Time spent is the journal's: a rerun continues the same budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from segperf.errors import SegperfError
+from segperf.report.stats import Comparison, compare_throughput
+from segperf.tune.journal import QUALITY, SPEED, Journal
+from segperf.tune.ledger import Ledger
+from segperf.tune.probe import Config, Measure, Probe, config_of
+from segperf.tune.space import Axis, effective, merge, setting, with_setting, without_settings
+
+KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
+NOT_APPLIED, FAILED, SKIPPED, WORSE = "not applied", "failed", "skipped: budget", "rejected: quality"
+# A short learning run's quality moves this much with the seed alone: size=quick over three seeds
+# ends at Dice 0.982-0.989 (docs/BENCHMARKS.md, "Quality"); 0.02 is about three times that span.
+QUALITY_TOLERANCE = 0.02
+
+
+class TuneError(SegperfError, RuntimeError):
+    """A tune that cannot go on: its start does not run."""
+
+
+@dataclass
+class Step:
+    """One comparison: `candidate` (the best with `option` applied) against `against`, the best at
+    the time; both sides' probes, the ratio of geometric mean images/s with its interval at the
+    tune's level, and the verdict (one of the module's verdict strings), with why in `note`."""
+
+    stage: str  # "presets" | "axes" | "interactions" | "quality"
+    axis: str  # the axis' name, or the preset's
+    option: Config
+    candidate: Config
+    against: Config
+    candidate_probes: list[Probe] = field(default_factory=list)
+    against_probes: list[Probe] = field(default_factory=list)
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    verdict: str = SKIPPED
+    note: str = ""
+
+
+@dataclass
+class QualityCheck:
+    """The quality guard: the start's learning run first, then each configuration checked."""
+
+    tolerance: float
+    probes: list[Probe] = field(default_factory=list)
+    verdict: str = "not checked"  # "passed" | "rejected: quality" | "not checked" | "same as start"
+    reason: str = ""  # which configuration, its quality against the start's, and why
+    fallback: Config | None = None  # what the tune chose instead of a rejected configuration
+
+
+@dataclass
+class TuneResult:
+    start: Config
+    best: Config
+    steps: list[Step]
+    final: dict[str, list[Probe]]  # "start", each preset's name, "tuned": the final side by side
+    final_configs: dict[str, Config]
+    quality: QualityCheck | None
+    stopped_by_budget: bool
+    elapsed_s: float
+    budget_s: float
+    level: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Tuner:
+    """The search over `axes` from `start` (module docstring); `run()` returns its TuneResult.
+
+    Configurations are override strings on top of what the tune composes; `presets` maps a name
+    (`+opt=all`) to its overrides (segperf.tune.space.presets), applied on top of `start`."""
+
+    def __init__(
+        self,
+        start: Config,
+        axes: list[Axis],
+        measure: Measure,
+        *,
+        budget_s: float,
+        presets: dict[str, Config],
+        journal: Journal | None = None,
+        quality: Measure | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        level: float = 0.95,
+        min_runs: int = 2,
+        max_runs: int = 4,
+        progress: Callable[[str], None] | None = None,
+        quality_tolerance: float = QUALITY_TOLERANCE,
+        limit_factor: float = 3.0,
+        limit_floor_s: float = 60.0,
+    ) -> None:
+        self.start, self.axes, self.quality = config_of(start), list(axes), quality
+        self.presets = {name: merge(self.start, config) for name, config in presets.items()}
+        self.budget_s, self.journal, self.clock, self.level = float(budget_s), journal, clock, level
+        self.min_runs, self.max_runs = max(2, min_runs), max(2, min_runs, max_runs)
+        self.quality_tolerance = quality_tolerance
+        self._ledger_args = dict(
+            budget_s=self.budget_s,
+            journal=journal,
+            clock=clock,
+            progress=progress,
+            limit_factor=limit_factor,
+            limit_floor_s=limit_floor_s,
+        )
+        self.measure = measure
+        self._about = (self.budget_s, level)
+
+    # -- the stages -------------------------------------------------------------------------
+    def run(self) -> TuneResult:
+        self.ledger = Ledger({SPEED: self.measure, QUALITY: self.quality}, **self._ledger_args)
+        self.steps: list[Step] = []
+        self.stopped = False
+        self.check = QualityCheck(self.quality_tolerance) if self.quality is not None else None
+        if self.journal is not None:
+            self.journal.open_for({"start": list(self.start)})
+        if self.check is not None:  # first: the start's learning run prices the guard's reserve
+            self.ledger.where = "quality"
+            self.check.probes += self.ledger.probe(QUALITY, [self.start], ["start"], None)
+        best = self._guard(self._ascend(self._presets()))
+        final, configs = self._final(best)
+        elapsed = self.ledger.elapsed()
+        return TuneResult(self.start, best, self.steps, final, configs, self.check, self.stopped, elapsed, *self._about)
+
+    def _presets(self) -> Config:
+        """Stage 1: the start and the presets, interleaved, until each preset is decided."""
+        self.ledger.where = "presets"
+        steps = {n: Step("presets", n, c, c, self.start) for n, c in self.presets.items() if c != self.start}
+        self.steps.extend(steps.values())
+        start_probes: list[Probe] = []
+        open_ = list(steps)
+        for round_ in range(self.max_runs):
+            if not open_:
+                break
+            configs = [steps[name].candidate for name in open_]
+            if round_ == 0:  # the start alone first: its wall time sets the presets' time limit
+                start_probes += self._speed([self.start], ["start"], self.start)
+                if start_probes[0].images_per_s is None:
+                    raise TuneError(
+                        f"the tune's start ({' '.join(self.start) or 'the defaults'}) did not run: "
+                        f"{start_probes[0].failed or 'no images/s recorded'}; fix that run first"
+                    )
+                probes = self._speed(configs, open_, self.start)
+            elif not self._affords([self.start, *configs], self.start):
+                self.stopped = True
+                break
+            else:
+                probes = self._speed([self.start, *configs], ["start", *open_], self.start)
+                start_probes.append(probes.pop(0))
+            for name, probe in zip(list(open_), probes, strict=True):
+                steps[name].candidate_probes.append(probe)
+                steps[name].against_probes = list(start_probes)
+                if self._judge(steps[name], runs=round_ + 1):
+                    open_.remove(name)
+        for name in open_:
+            self._judge(steps[name], runs=self.max_runs)
+        return self._adopt(list(steps.values()))
+
+    def _adopt(self, steps: list[Step]) -> Config:
+        """The fastest distinguishably faster preset, without the settings the machine did not
+        honour (that is what ran), becomes the best; the other faster ones are held against it."""
+        for step in (s for s in steps if s.verdict == KEPT):
+            ignored = "; ".join(_not_applied(step.candidate_probes))
+            stripped, dropped = without_settings(
+                step.candidate, _not_applied(step.candidate_probes), self.axes, self.start
+            )
+            if dropped is None:
+                step.verdict, step.note = NOT_APPLIED, f"sets what this machine cannot honour: {ignored}"
+            elif dropped:
+                step.note = f"taken without {' '.join(dropped)}, not applied here ({ignored})"
+                self.ledger.alias(SPEED, stripped, step.candidate)
+                step.candidate = stripped
+        faster = sorted((s for s in steps if s.verdict == KEPT), key=lambda s: -(s.ratio or 0.0))
+        if not faster:
+            return self.start
+        for other in faster[1:]:
+            versus = self._comparison(other.candidate_probes, faster[0].candidate_probes)
+            other.verdict = SLOWER if versus.distinguishable else SAME
+            other.note = f"faster than the start, but {_ratio_text(versus)} of {faster[0].axis}, side by side"
+        return faster[0].candidate
+
+    def _ascend(self, best: Config) -> Config:
+        """Stage 2: every option of every axis against the best; then the axes that changed, again."""
+        tried: set[frozenset[Config]] = set()  # pairs measured against each other
+        kept_axes: list[Axis] = []
+        for stage, axes in (("axes", self.axes), ("interactions", kept_axes)):
+            for axis in list(axes):
+                for option in axis.options:
+                    candidate = with_setting(best, axis, option)
+                    if set(effective(best, axis, self.start)) == set(option) or frozenset((candidate, best)) in tried:
+                        continue  # the best has it already, or it was measured against this best
+                    tried.add(frozenset((candidate, best)))
+                    self.ledger.where = f"{stage} {axis.name}"
+                    step = self._compare(stage, axis.name, option, candidate, best)
+                    self.steps.append(step)
+                    if step.verdict == KEPT:
+                        best = candidate
+                        kept_axes += [axis] if stage == "axes" and axis not in kept_axes else []
+        return best
+
+    def _guard(self, best: Config) -> Config:
+        """Stage 3: the tuned configuration's learning run against the start's; fall back on a loss."""
+        check = self.check
+        if check is None:
+            return best
+        self.ledger.where = "quality"
+        start_probe = check.probes[0]
+        if best == self.start:
+            check.verdict, check.reason = "same as start", "the tuned configuration is the start"
+            return best
+        if start_probe.quality is None:
+            check.reason = f"the start's learning run gave no quality ({start_probe.failed or 'none recorded'})"
+            return best
+        notes: list[str] = []
+        for candidate in self._fallbacks(best):
+            if candidate == self.start:
+                break
+            final = self.ledger.cost(SPEED, [self.start, *self.presets.values(), candidate] * self.min_runs, best)
+            if self.ledger.estimate(QUALITY, candidate, self.start) + final > self.ledger.left():
+                self.stopped = True
+                notes.append("no budget left to check a fallback")
+                break
+            label = " ".join(candidate)
+            probe = self.ledger.probe(QUALITY, [candidate], [label], self.ledger.limit(QUALITY, self.start))[0]
+            check.probes.append(probe)
+            loss = self._quality_loss(probe, start_probe)
+            if loss is None:
+                notes.append(f"{label}: quality {probe.quality:.3f}, the start's {start_probe.quality:.3f}")
+                check.reason = "; ".join(notes)
+                if candidate == best:
+                    check.verdict = "passed"
+                else:
+                    check.fallback = candidate
+                return candidate
+            check.verdict = WORSE
+            notes.append(f"{label}: {loss}")
+            self.steps.append(Step("quality", "quality", candidate, candidate, self.start, [probe], [start_probe]))
+            self.steps[-1].verdict, self.steps[-1].note = WORSE, loss
+        check.verdict, check.fallback = WORSE, self.start
+        check.reason = "; ".join([*notes, "the start is the answer"])
+        return self.start
+
+    def _fallbacks(self, best: Config) -> list[Config]:
+        """`best`, then with the changes that alter what is learned undone one after another, in
+        the axes' order (precision first): the configurations the quality guard tries in turn."""
+        found = [best]
+        for axis in self.axes:
+            if axis.changes_learning and set(effective(found[-1], axis, self.start)) != set(
+                effective(self.start, axis, self.start)
+            ):
+                found.append(with_setting(found[-1], axis, setting(self.start, axis)))
+        return found
+
+    def _final(self, best: Config) -> tuple[dict[str, list[Probe]], dict[str, Config]]:
+        """Stage 4: start, presets and tuned side by side, interleaved, `min_runs` rounds."""
+        self.ledger.where = "final"
+        configs = {"start": self.start, **self.presets, "tuned": best}
+        unique = list(dict.fromkeys(configs.values()))
+        names = [next(n for n, c in configs.items() if c == config) for config in unique]
+        probes: dict[Config, list[Probe]] = {config: [] for config in unique}
+        for _ in range(self.min_runs):
+            if self.ledger.cost(SPEED, unique, best) > self.ledger.left():
+                self.stopped = True
+                break
+            for config, probe in zip(unique, self._speed(unique, names, best), strict=True):
+                probes[config].append(probe)
+        return {name: probes[config] for name, config in configs.items()}, configs
+
+    # -- one comparison ---------------------------------------------------------------------
+    def _compare(self, stage: str, axis: str, option: Config, candidate: Config, best: Config) -> Step:
+        """`candidate` against `best`, A B A B, until distinguishable or `max_runs` pairs."""
+        step = Step(stage, axis, option, candidate, best)
+        for round_ in range(self.max_runs):
+            if not self._affords([best, candidate] * (self.min_runs if round_ == 0 else 1), best):
+                self.stopped = True
+                if round_ == 0:
+                    return step  # skipped: budget
+                step.note = "stopped by the budget before it was decided"
+                break
+            against, probe = self._speed([best, candidate], ["best", " ".join(option)], best)
+            step.against_probes.append(against)
+            step.candidate_probes.append(probe)
+            if self._judge(step, runs=round_ + 1):
+                return step
+        self._judge(step, runs=self.max_runs)
+        return step
+
+    def _judge(self, step: Step, *, runs: int) -> bool:
+        """Set the step's ratio and verdict from its probes; True when it is decided (no more runs)."""
+        versus = self._comparison(step.candidate_probes, step.against_probes)
+        step.ratio, step.low, step.high = versus.ratio, versus.low, versus.high
+        last = step.candidate_probes[-1]
+        if last.cut:
+            step.verdict = SLOWER
+            step.note = f"cut at the time limit after {last.wall_s:.0f} s: judged slower, not measured again"
+            return True
+        if last.failed is not None or last.images_per_s is None:
+            step.verdict, step.note = FAILED, last.failed or "no images/s recorded"
+            return True
+        if last.not_applied and step.stage != "presets":  # a preset's are taken out of it when adopted
+            step.verdict, step.note = NOT_APPLIED, "; ".join(last.not_applied)
+            return True
+        if versus.distinguishable and runs >= self.min_runs:
+            step.verdict = KEPT if (versus.ratio or 0) > 1 else SLOWER
+            return True
+        step.verdict = SAME
+        return runs >= self.max_runs
+
+    def _comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
+        return compare_throughput([p.images_per_s for p in candidate], [p.images_per_s for p in against], self.level)
+
+    def _quality_loss(self, probe: Probe, start: Probe) -> str | None:
+        """Why `probe`'s quality fails the guard against the start's, or None when it passes."""
+        if probe.failed is not None or probe.quality is None:
+            return f"its learning run gave no quality ({probe.failed or 'none recorded'})"
+        loss = start.quality - probe.quality
+        if loss > self.quality_tolerance:
+            return (
+                f"quality {probe.quality:.3f} against the start's {start.quality:.3f}: lower by {loss:.3f}, "
+                f"beyond the tolerance of {self.quality_tolerance}"
+            )
+        return None
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _speed(self, configs: list[Config], labels: list[str], reference: Config) -> list[Probe]:
+        return self.ledger.probe(SPEED, configs, labels, self.ledger.limit(SPEED, reference))
+
+    def _affords(self, configs: list[Config], best: Config) -> bool:
+        """Whether the budget left pays for probes of `configs` and still for the reserve: the final
+        stage's rounds (start, presets, this best) and the tuned configuration's learning run."""
+        reserve = self.ledger.cost(SPEED, [self.start, *self.presets.values(), best] * self.min_runs, best)
+        if self.quality is not None:
+            reserve += self.ledger.estimate(QUALITY, best, self.start)
+        return self.ledger.cost(SPEED, configs, best) + reserve <= self.ledger.left()
+
+
+def _not_applied(probes: list[Probe]) -> list[str]:
+    return list(dict.fromkeys(entry for probe in probes for entry in probe.not_applied))
+
+
+def _ratio_text(versus: Comparison) -> str:
+    if versus.ratio is None:
+        return "not comparable with it"
+    spread = f" [{versus.low:.2f}-{versus.high:.2f}]" if versus.low is not None else ""
+    return f"{versus.ratio:.2f}x{spread}"

@@ -1,0 +1,237 @@
+"""What the tuner may change: the speed axes of one workload, each with the options to try.
+
+An axis is a config group of conf/ (its options are the group's YAML files, so a new option
+file is tried without touching the tuner) plus, where the group stands for a number, a few
+values of that number (`data.num_workers`, `data.prefetch_factor`, `num_threads`; `batch_size`
+only when asked, since a batch size changes what is learned, not just how fast). Only the axes
+the workload has are listed: the U-Net's `upsample` and Carvana's `decode`/`cache`/`augment`
+exist only where the composed config has their keys (model=cnn data=mnist has none of them).
+
+Options are override strings, as a user would type them; a numeric value that one of the
+group's options already sets on this machine (`data.num_workers=2` on 2 cores is `workers=auto`)
+is left out, so that no configuration is measured twice under two names.
+
+`presets` spells the `+opt=` presets out as group overrides of this workload's axes, so that the
+tuner can change one axis of a preset like any other configuration (`+opt=all` cannot be
+composed with model=cnn at all: it sets `upsample`, which the CNN has no group for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from segperf.config import CONFIG_DIR, TRAINING_AXIS_KEYS
+from segperf.tune.probe import Config, config_of
+
+# The order the coordinate ascent walks the axes: those that can change a run's speed the most
+# first (reduced precision and compilation are 3x or 0.1x on a CPU; decode, caching and workers
+# are the data side's big ones), so that a budget running out cuts the ones that matter least.
+SEARCH_ORDER = (
+    "precision",
+    "compile",
+    "cache",
+    "decode",
+    "workers",
+    "threads",
+    "prefetch",
+    "memory_format",
+    "upsample",
+    "pin",
+    "augment",
+)
+# Axes whose change changes what is learned, not only how fast: reduced precision (numerics), the
+# upsampling layer (another net), JPEG decoding at reduced scale (other pixels), augmentation and
+# the batch size (another optimization). The quality guard falls back by undoing these, in order.
+CHANGES_LEARNING = ("precision", "batch_size", "upsample", "augment", "decode")
+# What each group option sets the numeric knob under it to on this machine (None: torch's default)
+GROUP_VALUES = {
+    "workers": {"off": lambda cores: 0, "auto": lambda cores: cores},
+    "threads": {"default": lambda cores: None, "one": lambda cores: 1, "half": lambda cores: max(1, cores // 2)}
+    | {"all": lambda cores: cores},
+    "prefetch": {"off": lambda cores: None, "on": lambda cores: 4},
+}
+PREFETCH_DEPTHS = (2, 8)  # around prefetch=on's 4 batches per worker
+PRESETS = ("+opt=all", "+opt=all compile=off")  # what the tuned result is held against
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One thing the tuner changes: `options` are the alternatives (each a Config of override
+    strings); `keys` the override keys the axis owns (its group and its config key), so that
+    trying an option first drops the best's own setting of the axis; `start` the option the
+    tune's start composed (from hydra.runtime.choices), the setting of a configuration that does
+    not override the axis; `changes_learning`: a change the quality guard may undo."""
+
+    name: str
+    options: tuple[Config, ...]
+    keys: tuple[str, ...] = ()
+    start: Config = ()
+    changes_learning: bool = False
+
+
+def override_key(override: str) -> str:
+    """The key an override sets: `+opt=all` -> `opt`, `data.num_workers=2` -> `data.num_workers`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def axes(cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = False) -> list[Axis]:
+    """The speed axes of the workload `cfg` composes (a DictConfig or its plain container), with
+    `choices` (hydra.runtime.choices) telling which option of each group it was composed with,
+    and `cores` the cores one training process may use (segperf.config.cores_per_rank)."""
+    cores = max(1, int(cores))
+    found = []
+    for group in SEARCH_ORDER:
+        key = TRAINING_AXIS_KEYS[group]
+        if group not in choices or not _has(cfg, key):
+            continue  # not this workload's axis (model=cnn has no upsample, data=mnist no cache)
+        chosen = str(choices[group])
+        options = [(f"{group}={name}",) for name in _deduplicated(group, group_options(group), cores, chosen)]
+        options += [(f"{key}={value}",) for value in numeric_values(group, cores)]
+        found.append(
+            Axis(
+                group, tuple(options), (group, key), (f"{group}={chosen}",), changes_learning=group in CHANGES_LEARNING
+            )
+        )
+    if batch_size and isinstance(cfg.get("batch_size"), int):
+        size = cfg.get("batch_size")
+        sizes = [s for s in (size // 2, size * 2, size * 4) if s >= 1 and s != size]
+        found.append(
+            Axis(
+                "batch_size", tuple((f"batch_size={s}",) for s in sizes), ("batch_size",), (f"batch_size={size}",), True
+            )
+        )
+    return found
+
+
+def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """The options of a config group: the names of its YAML files."""
+    return sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
+
+
+def numeric_values(group: str, cores: int) -> list[int]:
+    """The numbers to try under a group beyond what its options set on this machine: halvings of
+    the cores for workers and threads (a few, not every count: each costs a comparison), two
+    depths around prefetch=on's for the prefetch factor."""
+    if group == "prefetch":
+        return list(PREFETCH_DEPTHS)
+    if group not in ("workers", "threads"):
+        return []
+    taken = {value(cores) for value in GROUP_VALUES[group].values()}
+    halvings = {max(1, cores // 2**k) for k in range(1, 4)}
+    return sorted(n for n in halvings if n not in taken)
+
+
+def _deduplicated(group: str, names: Iterable[str], cores: int, chosen: str) -> list[str]:
+    """Group options, without the ones that set the same number on this machine as another (on 2
+    cores threads=half is threads=one): the start's own option is kept, else the first in
+    GROUP_VALUES' order (the plainest name)."""
+    values = GROUP_VALUES.get(group)
+    if not values:
+        return list(names)
+    names = list(names)
+    order = sorted(
+        names, key=lambda name: (name != chosen, list(values).index(name) if name in values else len(values))
+    )
+    kept, seen = [], set()
+    for name in order:
+        value = values[name](cores) if name in values else name
+        if value not in seen:
+            seen.add(value)
+            kept.append(name)
+    return sorted(kept)
+
+
+def presets(
+    choices: Mapping[str, Any], names: Sequence[str] = PRESETS, config_dir: Path = CONFIG_DIR
+) -> dict[str, Config]:
+    """Each preset command (`+opt=all compile=off`) as the overrides it sets on this workload's
+    axes (`compile=off`, `workers=auto`, ...): `+opt=<name>` is read from conf/opt/<name>.yaml's
+    `override /group: option` lines, groups the workload does not have are left out, and a later
+    override on the command line wins, as in Hydra."""
+    return {name: expand(name.split(), choices, config_dir) for name in names}
+
+
+def expand(overrides: Sequence[str], choices: Mapping[str, Any], config_dir: Path = CONFIG_DIR) -> Config:
+    """`overrides` with every `+opt=<name>` replaced by the group overrides it stands for."""
+    settings: dict[str, str] = {}
+    for override in overrides:
+        key = override_key(override)
+        if key == "opt":
+            for group, option in preset_overrides(override.split("=", 1)[1], config_dir).items():
+                if group in choices:
+                    settings[group] = f"{group}={option}"
+        else:
+            settings[key] = override
+    return config_of(settings.values())
+
+
+def preset_overrides(name: str, config_dir: Path = CONFIG_DIR) -> dict[str, str]:
+    """The `override /group: option` entries of conf/opt/<name>.yaml's defaults list."""
+    path = config_dir / "opt" / f"{name}.yaml"
+    try:
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+    except FileNotFoundError:
+        raise ValueError(f"+opt={name}: no preset {path}; the presets are {group_options('opt', config_dir)}") from None
+    found = {}
+    for entry in defaults:
+        if isinstance(entry, dict):
+            for target, option in entry.items():
+                if target.startswith("override /"):
+                    found[target.removeprefix("override /")] = str(option)
+    return found
+
+
+def _has(cfg: Any, dotted: str) -> bool:
+    """Whether `cfg` (DictConfig or dict) has the key `a.b.c`, without resolving its value (the
+    workers and threads keys are interpolations that need segperf's resolvers)."""
+    node = cfg
+    for part in dotted.split("."):
+        if not hasattr(node, "keys") or part not in node.keys():
+            return False
+        node = node._get_node(part) if hasattr(node, "_get_node") else node[part]
+    return True
+
+
+def setting(config: Config, axis: Axis) -> Config:
+    """The overrides of `config` on `axis` (empty: it leaves the axis as its base composes it)."""
+    return tuple(o for o in config if override_key(o) in axis.keys)
+
+
+def with_setting(config: Config, axis: Axis, new: Config) -> Config:
+    """`config` with its own setting of `axis` replaced by `new` (empty: the base's)."""
+    return config_of([o for o in config if override_key(o) not in axis.keys] + list(new))
+
+
+def merge(base: Config, overrides: Config) -> Config:
+    """`base` with `overrides` on top, one override per key (the later wins, as on Hydra's command line)."""
+    settings = {override_key(o): o for o in base}
+    settings.update({override_key(o): o for o in overrides})
+    return config_of(settings.values())
+
+
+def effective(config: Config, axis: Axis, start: Config) -> Config:
+    """The setting `config` runs `axis` with: its own override, else the tune's start's, else the
+    option the start composed."""
+    return setting(config, axis) or setting(start, axis) or axis.start
+
+
+def without_settings(
+    config: Config, entries: Sequence[str], axes: Sequence[Axis], start: Config
+) -> tuple[Config, tuple[str, ...] | None]:
+    """`config` with the axes that the `key: reason` entries (Probe.not_applied) name set back to
+    the start's, and the overrides taken out; None for those when an entry's key is on none of
+    the axes (it cannot be taken out)."""
+    dropped: list[str] = []
+    for entry in entries:
+        key = entry.split(":", 1)[0].strip()
+        axis = next((a for a in axes if key in a.keys), None)
+        if axis is None:
+            return config, None
+        dropped += setting(config, axis)
+        config = with_setting(config, axis, setting(start, axis))
+    return config, tuple(dict.fromkeys(dropped))
