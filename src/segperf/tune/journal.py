@@ -61,6 +61,10 @@ class Journal:
     def __len__(self) -> int:
         return len(self._recorded)
 
+    def recorded(self) -> list[tuple[str, Config, int]]:
+        """What the journal holds: (kind, configuration, repeat) of each probe."""
+        return list(self._recorded)
+
     def lookup(self, kind: str, config: Config, repeat: int) -> tuple[Probe, float] | None:
         """The recorded probe for this request and the tune's elapsed seconds when it was
         recorded, or None when it was never measured."""

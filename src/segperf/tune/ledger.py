@@ -75,6 +75,10 @@ class Ledger:
             self._report(kind, labels[i], probe, i in replayed)
         return found
 
+    def measured(self, kind: str) -> bool:
+        """Whether any probe of the kind was taken (replayed or measured)."""
+        return any(k == kind for k, _ in self._walls)
+
     def alias(self, kind: str, config: Config, like: Config) -> None:
         """Price `config` by `like`'s probes (a preset without a setting the machine ignored ran as it)."""
         if (kind, config) not in self._walls:
@@ -95,7 +99,7 @@ class Ledger:
         """The most wall time one probe may take: `limit_factor` times the reference's (the best's)
         probe, at least `limit_floor_s` (compilation is a warm-up the first steps pay); before any
         probe of the kind, a quarter of the budget."""
-        if not any(k == kind for k, _ in self._walls):
+        if not self.measured(kind):
             return max(self.limit_floor_s, self.budget_s / 4)
         return max(self.limit_floor_s, self.limit_factor * self.estimate(kind, reference, reference))
 

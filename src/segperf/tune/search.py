@@ -54,7 +54,7 @@ from segperf.report.stats import Comparison, compare_throughput
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.ledger import Ledger
 from segperf.tune.probe import Config, Measure, Probe, config_of
-from segperf.tune.space import Axis, effective, merge, setting, with_setting, without_settings
+from segperf.tune.space import Axis, effective, merge, setting, undo_learning_changes, with_setting, without_settings
 
 KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
 NOT_APPLIED, FAILED, SKIPPED, WORSE = "not applied", "failed", "skipped: budget", "rejected: quality"
@@ -144,21 +144,13 @@ class Tuner:
         self.presets = {name: merge(self.start, config) for name, config in presets.items()}
         self.budget_s, self.journal, self.clock, self.level = float(budget_s), journal, clock, level
         self.min_runs, self.max_runs = max(2, min_runs), max(2, min_runs, max_runs)
-        self.quality_tolerance = quality_tolerance
-        self._ledger_args = dict(
-            budget_s=self.budget_s,
-            journal=journal,
-            clock=clock,
-            progress=progress,
-            limit_factor=limit_factor,
-            limit_floor_s=limit_floor_s,
-        )
-        self.measure = measure
-        self._about = (self.budget_s, level)
+        self.measure, self.quality_tolerance, self._about = measure, quality_tolerance, (self.budget_s, level)
+        self._ledger = dict(journal=journal, clock=clock, progress=progress, limit_factor=limit_factor)
+        self._ledger |= dict(limit_floor_s=limit_floor_s, budget_s=self.budget_s)
 
     # -- the stages -------------------------------------------------------------------------
     def run(self) -> TuneResult:
-        self.ledger = Ledger({SPEED: self.measure, QUALITY: self.quality}, **self._ledger_args)
+        self.ledger = Ledger({SPEED: self.measure, QUALITY: self.quality}, **self._ledger)
         self.steps: list[Step] = []
         self.stopped = False
         self.check = QualityCheck(self.quality_tolerance) if self.quality is not None else None
@@ -183,13 +175,8 @@ class Tuner:
             if not open_:
                 break
             configs = [steps[name].candidate for name in open_]
-            if round_ == 0:  # the start alone first: its wall time sets the presets' time limit
-                start_probes += self._speed([self.start], ["start"], self.start)
-                if start_probes[0].images_per_s is None:
-                    raise TuneError(
-                        f"the tune's start ({' '.join(self.start) or 'the defaults'}) did not run: "
-                        f"{start_probes[0].failed or 'no images/s recorded'}; fix that run first"
-                    )
+            if round_ == 0:
+                start_probes += self._first_probe()
                 probes = self._speed(configs, open_, self.start)
             elif not self._affords([self.start, *configs], self.start):
                 self.stopped = True
@@ -236,9 +223,11 @@ class Tuner:
         for stage, axes in (("axes", self.axes), ("interactions", kept_axes)):
             for axis in list(axes):
                 for option in axis.options:
-                    candidate = with_setting(best, axis, option)
-                    if set(effective(best, axis, self.start)) == set(option) or frozenset((candidate, best)) in tried:
-                        continue  # the best has it already, or it was measured against this best
+                    # the start's own option is no override: one spelling per configuration
+                    start_own = set(option) == set(effective(self.start, axis, self.start))
+                    candidate = with_setting(best, axis, setting(self.start, axis) if start_own else option)
+                    if candidate == best or frozenset((candidate, best)) in tried:
+                        continue  # the best has it already, or the two were measured against each other
                     tried.add(frozenset((candidate, best)))
                     self.ledger.where = f"{stage} {axis.name}"
                     step = self._compare(stage, axis.name, option, candidate, best)
@@ -262,7 +251,7 @@ class Tuner:
             check.reason = f"the start's learning run gave no quality ({start_probe.failed or 'none recorded'})"
             return best
         notes: list[str] = []
-        for candidate in self._fallbacks(best):
+        for candidate in undo_learning_changes(best, self.axes, self.start):
             if candidate == self.start:
                 break
             final = self.ledger.cost(SPEED, [self.start, *self.presets.values(), candidate] * self.min_runs, best)
@@ -290,17 +279,6 @@ class Tuner:
         check.reason = "; ".join([*notes, "the start is the answer"])
         return self.start
 
-    def _fallbacks(self, best: Config) -> list[Config]:
-        """`best`, then with the changes that alter what is learned undone one after another, in
-        the axes' order (precision first): the configurations the quality guard tries in turn."""
-        found = [best]
-        for axis in self.axes:
-            if axis.changes_learning and set(effective(found[-1], axis, self.start)) != set(
-                effective(self.start, axis, self.start)
-            ):
-                found.append(with_setting(found[-1], axis, setting(self.start, axis)))
-        return found
-
     def _final(self, best: Config) -> tuple[dict[str, list[Probe]], dict[str, Config]]:
         """Stage 4: start, presets and tuned side by side, interleaved, `min_runs` rounds."""
         self.ledger.where = "final"
@@ -327,7 +305,10 @@ class Tuner:
                     return step  # skipped: budget
                 step.note = "stopped by the budget before it was decided"
                 break
-            against, probe = self._speed([best, candidate], ["best", " ".join(option)], best)
+            if self.ledger.measured(SPEED):
+                against, probe = self._speed([best, candidate], ["best", " ".join(option)], best)
+            else:  # the tune's first probe
+                [against], [probe] = self._first_probe(), self._speed([candidate], [" ".join(option)], best)
             step.against_probes.append(against)
             step.candidate_probes.append(probe)
             if self._judge(step, runs=round_ + 1):
@@ -372,6 +353,16 @@ class Tuner:
         return None
 
     # -- helpers ----------------------------------------------------------------------------
+    def _first_probe(self) -> list[Probe]:
+        """The start, alone: its wall time sets the time limit of the probes after it."""
+        probes = self._speed([self.start], ["start"], self.start)
+        if probes[0].images_per_s is None:
+            raise TuneError(
+                f"the tune's start ({' '.join(self.start) or 'the defaults'}) did not run: "
+                f"{probes[0].failed or 'no images/s recorded'}; fix that run first"
+            )
+        return probes
+
     def _speed(self, configs: list[Config], labels: list[str], reference: Config) -> list[Probe]:
         return self.ledger.probe(SPEED, configs, labels, self.ledger.limit(SPEED, reference))
 

@@ -171,7 +171,9 @@ def expand(overrides: Sequence[str], choices: Mapping[str, Any], config_dir: Pat
 
 
 def preset_overrides(name: str, config_dir: Path = CONFIG_DIR) -> dict[str, str]:
-    """The `override /group: option` entries of conf/opt/<name>.yaml's defaults list."""
+    """The groups conf/opt/<name>.yaml's defaults list sets: its `override /group: option` entries,
+    and its `/opt/choice/group: option` ones (the choice a workload's own group reads, for the
+    groups only some workloads have; see conf/opt/all.yaml)."""
     path = config_dir / "opt" / f"{name}.yaml"
     try:
         defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
@@ -181,8 +183,9 @@ def preset_overrides(name: str, config_dir: Path = CONFIG_DIR) -> dict[str, str]
     for entry in defaults:
         if isinstance(entry, dict):
             for target, option in entry.items():
-                if target.startswith("override /"):
-                    found[target.removeprefix("override /")] = str(option)
+                for prefix in ("override /", "/opt/choice/", "opt/choice/"):
+                    if target.startswith(prefix):
+                        found[target.removeprefix(prefix)] = str(option)
     return found
 
 
@@ -235,3 +238,14 @@ def without_settings(
         dropped += setting(config, axis)
         config = with_setting(config, axis, setting(start, axis))
     return config, tuple(dict.fromkeys(dropped))
+
+
+def undo_learning_changes(best: Config, axes: Sequence[Axis], start: Config) -> list[Config]:
+    """`best`, then `best` with its changes that alter what is learned (Axis.changes_learning)
+    set back to the start's one after another, in the axes' order (precision first): the
+    configurations the quality guard tries in turn."""
+    found = [best]
+    for axis in axes:
+        if axis.changes_learning and set(effective(found[-1], axis, start)) != set(effective(start, axis, start)):
+            found.append(with_setting(found[-1], axis, setting(start, axis)))
+    return found

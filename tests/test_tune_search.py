@@ -1,0 +1,324 @@
+"""The tuner's decisions (segperf.tune.search) on a fake workload whose speeds are known.
+
+Each override of a configuration multiplies its images/s by a known factor; every probe adds
+seeded log-normal noise (3%, about what repeats of one configuration scatter by on a quiet
+machine) and advances a fake clock by its wall time (a fixed start-up plus a fixed number of
+images at the probe's speed, whole seconds so that sums of times are exact). The noise of a
+probe depends only on the seed, the configuration and which repeat of it this is, so that a
+rerun from the journal sees the numbers an uninterrupted run saw.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from segperf.report.stats import compare_throughput
+from segperf.tune.journal import Journal, JournalError
+from segperf.tune.probe import Config, Probe
+from segperf.tune.search import FAILED, KEPT, NOT_APPLIED, SKIPPED, SLOWER, WORSE, Tuner
+from segperf.tune.space import Axis
+
+START_SPEED = 10.0  # images/s of the start
+STARTUP_S = 10  # each probe's start-up and warm-up
+IMAGES = 200  # images each probe times: 30 s at the start's speed
+
+
+def axis(name: str, *options: str, start: str | None = None, key: str = "", learning: bool = False) -> Axis:
+    """An axis like space.axes makes: group options `name=option`, the start's option first."""
+    start = start or options[0]
+    return Axis(
+        name, tuple((f"{name}={o}",) for o in options), (name, key or f"cfg.{name}"), (f"{name}={start}",), learning
+    )
+
+
+AXES = [
+    axis("precision", "fp32", "bf16", learning=True),
+    axis("compile", "off", "on"),
+    axis("workers", "off", "auto"),
+    axis("pin", "off", "on"),
+]
+ALL = ("compile=on", "pin=on", "precision=bf16", "workers=auto")  # +opt=all, spelt out
+PRESETS = {"+opt=all": ALL, "+opt=all compile=off": ("compile=off", "pin=on", "precision=bf16", "workers=auto")}
+
+
+class Workload:
+    """The fake machine: `speeds` (override -> factor), `not_applied` / `failing` overrides, a
+    quality per override for learning runs, and `interrupt_after` probes a Ctrl-C."""
+
+    def __init__(self, speeds, seed=0, noise=0.03, not_applied=(), failing=(), quality_loss=None, interrupt_after=None):
+        self.speeds, self.seed, self.noise = speeds, seed, noise
+        self.not_applied, self.failing = set(not_applied), set(failing)
+        self.quality_loss = quality_loss or {}
+        self.interrupt_after = interrupt_after
+        self.now = 0.0
+        self.repeats: Counter[tuple[str, Config]] = Counter()  # committed when a batch returns
+        self.measured: list[tuple[str, Config, int]] = []
+        self.limits: list[tuple[Config, float | None]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def speed(self, config: Config) -> float:
+        return START_SPEED * math.prod(self.speeds.get(o, 1.0) for o in config)
+
+    def measure(self, configs, limit):
+        return self._run("speed", configs, limit)
+
+    def quality(self, configs, limit):
+        return self._run("quality", configs, limit)
+
+    def _run(self, kind, configs, limit):
+        repeats, probes = self.repeats.copy(), []
+        for config in configs:
+            if self.interrupt_after is not None and len(self.measured) >= self.interrupt_after:
+                raise KeyboardInterrupt  # mid-batch: this batch's probes are lost, as with a real Ctrl-C
+            repeat = repeats[(kind, config)]
+            repeats[(kind, config)] += 1
+            self.measured.append((kind, config, repeat))
+            self.limits.append((config, limit))
+            probes.append(self._probe(kind, config, repeat, limit))
+            self.now += probes[-1].wall_s
+        self.repeats = repeats
+        return probes
+
+    def _probe(self, kind: str, config: Config, repeat: int, limit: float | None) -> Probe:
+        rng = random.Random(f"{self.seed}/{kind}/{' '.join(config)}/{repeat}")
+        images_per_s = self.speed(config) * math.exp(rng.gauss(0.0, self.noise))
+        wall = float(round(STARTUP_S + IMAGES / images_per_s))
+        if kind == "quality":
+            quality = 0.98 - sum(self.quality_loss.get(o, 0.0) for o in config) + rng.gauss(0.0, 0.002)
+            return Probe(config, images_per_s, quality=quality, wall_s=2 * wall)
+        if any(o in self.failing for o in config):
+            return Probe(config, None, wall_s=STARTUP_S, failed="RuntimeError: the compiler failed")
+        ignored = tuple(f"cfg.{o.split('=')[0]}: not on this machine" for o in config if o in self.not_applied)
+        if limit is not None and wall > limit:
+            return Probe(config, images_per_s, ignored, wall_s=float(math.floor(limit)), cut=True)
+        return Probe(config, images_per_s, ignored, wall_s=wall)
+
+
+def tune(workload: Workload, axes=AXES, presets=PRESETS, budget_s=3600.0, **kwargs):
+    quality = kwargs.pop("quality", None)
+    return Tuner(
+        (),
+        axes,
+        workload.measure,
+        budget_s=budget_s,
+        presets=presets,
+        clock=workload.clock,
+        quality=workload.quality if quality else None,
+        **kwargs,
+    ).run()
+
+
+def steps_of(result, option: str):
+    return [s for s in result.steps if s.stage != "presets" and s.option == (option,)]
+
+
+def test_keeps_a_real_gain_and_the_speed_up_shows_in_the_final_side_by_side():
+    workload = Workload({"workers=auto": 1.5})
+    result = tune(workload, presets={})
+    assert "workers=auto" in result.best
+    assert [s.verdict for s in steps_of(result, "workers=auto")] == [KEPT]
+    tuned = [p.images_per_s for p in result.final["tuned"]]
+    start = [p.images_per_s for p in result.final["start"]]
+    assert len(tuned) == len(start) == 2
+    assert compare_throughput(tuned, start).ratio == pytest.approx(1.5, rel=0.1)
+
+
+def test_a_no_op_option_is_rarely_kept_over_many_seeds():
+    """What is tested: across 40 seeds, every comparison of an option with no effect at all
+    (1.00x: compile, workers and pin here) against the best, measured A B A B with 3% noise for
+    2 to 4 pairs, is counted; the share that ends "kept" (a false gain) must stay at or below 10%.
+    Welch at 95% is two-sided, so one look would keep a no-op 2.5% of the time; looking again
+    after the 3rd and 4th pair raises that a little."""
+    no_ops = kept = 0
+    for seed in range(40):
+        result = tune(Workload({}, seed=seed), axes=AXES[1:], presets={})
+        for step in result.steps:
+            if step.stage == "axes":
+                no_ops += 1
+                kept += step.verdict == KEPT
+    assert no_ops == 40 * 3
+    assert kept / no_ops <= 0.10, f"{kept} of {no_ops} no-op comparisons kept"
+
+
+def test_a_setting_not_applied_or_a_failed_run_is_never_kept_however_fast():
+    workload = Workload({"pin=on": 2.0, "compile=on": 3.0}, not_applied={"pin=on"}, failing={"compile=on"})
+    result = tune(workload, presets={})
+    assert "pin=on" not in result.best and "compile=on" not in result.best
+    assert [s.verdict for s in steps_of(result, "pin=on")] == [NOT_APPLIED]
+    assert "cfg.pin: not on this machine" in steps_of(result, "pin=on")[0].note
+    assert [s.verdict for s in steps_of(result, "compile=on")] == [FAILED]
+    # one pair each: a second would tell nothing new
+    assert (
+        len(steps_of(result, "pin=on")[0].candidate_probes)
+        == len(steps_of(result, "compile=on")[0].candidate_probes)
+        == 1
+    )
+
+
+def test_an_option_the_best_already_has_is_not_measured():
+    workload = Workload({"workers=auto": 1.5})
+    tune(workload, presets={})
+    measured = {config for _, config, _ in workload.measured}
+    assert ("workers=off",) not in measured and ("pin=off",) not in measured  # the start's own options
+
+
+def test_a_pathologically_slow_candidate_is_cut_at_three_times_the_best_probe_and_judged_slower():
+    workload = Workload({"precision=bf16": 0.02})  # bf16 emulated: 50x slower, 10,000 s uncut
+    result = tune(workload, presets={}, limit_floor_s=0)
+    [step] = steps_of(result, "precision=bf16")
+    assert step.verdict == SLOWER and "cut at the time limit" in step.note
+    assert len(step.candidate_probes) == 1 and step.candidate_probes[0].cut
+    best_wall = sorted(p.wall_s for p in step.against_probes)[0]
+    limit = next(limit for config, limit in workload.limits if config == ("precision=bf16",))
+    assert limit == pytest.approx(3 * best_wall)
+    assert step.candidate_probes[0].wall_s <= limit
+
+
+@pytest.mark.parametrize("budget_s", [300.0, 600.0, 900.0, 1500.0])
+def test_the_budget_is_never_exceeded_by_more_than_one_probe(budget_s):
+    for seed in range(5):
+        workload = Workload({"workers=auto": 1.3, "compile=on": 0.8}, seed=seed)
+        result = tune(workload, budget_s=budget_s, quality=True)
+        longest = max(p.wall_s for s in result.steps for p in s.candidate_probes + s.against_probes)
+        assert workload.now <= budget_s + longest
+        assert result.elapsed_s == workload.now
+        if budget_s <= 600:
+            assert result.stopped_by_budget
+            assert any(s.verdict == SKIPPED and not s.candidate_probes for s in result.steps)
+
+
+def test_the_final_side_by_side_and_the_quality_check_fit_in_the_budget_they_are_reserved_from():
+    workload = Workload({"workers=auto": 1.3})
+    result = tune(workload, budget_s=900.0, quality=True)
+    assert result.stopped_by_budget
+    assert [len(probes) for probes in result.final.values()] == [2, 2, 2, 2]
+    assert result.quality.verdict in ("passed", "same as start")
+
+
+def journal_run(workload, path, **kwargs):
+    return tune(workload, journal=Journal(path), quality=True, **kwargs)
+
+
+@pytest.mark.parametrize("interrupt_after", [1, 5, 12, 23])
+def test_a_rerun_continues_from_the_journal_and_ends_where_an_uninterrupted_tune_ends(tmp_path, interrupt_after):
+    speeds = {"workers=auto": 1.4, "precision=bf16": 2.0, "compile=on": 0.9}
+    whole = journal_run(Workload(speeds), tmp_path / "whole.jsonl", budget_s=1500.0)
+
+    workload = Workload(speeds, interrupt_after=interrupt_after)
+    with pytest.raises(KeyboardInterrupt):
+        journal_run(workload, tmp_path / "tune.jsonl", budget_s=1500.0)
+    recorded = set(Journal(tmp_path / "tune.jsonl").recorded())
+    before = len(workload.measured)
+    workload.interrupt_after = None  # the user reruns the same command
+    resumed = journal_run(workload, tmp_path / "tune.jsonl", budget_s=1500.0)
+
+    assert resumed == whole
+    measured_again = workload.measured[before:]
+    assert not recorded & set(measured_again)  # nothing the journal has is measured twice
+    # all that is measured is what the journal lacked: the uninterrupted tune's probes, less the recorded
+    assert len(measured_again) == len(Journal(tmp_path / "whole.jsonl")) - len(recorded)
+
+
+def test_a_rerun_of_a_finished_tune_measures_nothing_and_a_torn_last_line_is_ignored(tmp_path):
+    path = tmp_path / "tune.jsonl"
+    first = journal_run(Workload({"workers=auto": 1.5}), path)
+    with path.open("a") as f:
+        f.write('{"kind": "speed", "config": ["workers=au')  # killed mid-write
+    workload = Workload({"workers=auto": 1.5})
+    again = journal_run(workload, path)
+    assert again == first and workload.measured == []
+    assert all(json.loads(line) for line in path.read_text().splitlines())  # the torn line was cut off
+
+
+def test_a_journal_damaged_before_its_last_line_stops_with_the_file_and_line(tmp_path):
+    path = tmp_path / "tune.jsonl"
+    journal_run(Workload({}), path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
+    with pytest.raises(JournalError, match=r"tune\.jsonl, line 2: .*delete the file"):
+        Journal(path)
+
+
+def test_a_journal_of_another_start_is_refused(tmp_path):
+    path = tmp_path / "tune.jsonl"
+    journal_run(Workload({}), path)
+    with pytest.raises(JournalError, match="another tune"):
+        Tuner(("size=quick",), AXES, Workload({}).measure, budget_s=600, presets={}, journal=Journal(path)).run()
+
+
+def test_the_quality_guard_rejects_a_faster_configuration_that_learns_worse_and_says_why():
+    workload = Workload({"precision=bf16": 2.0, "workers=auto": 1.4}, quality_loss={"precision=bf16": 0.2})
+    result = tune(workload, presets={}, quality=True)
+    assert "precision=bf16" not in result.best and "workers=auto" in result.best
+    check = result.quality
+    assert check.verdict == WORSE and check.fallback == result.best
+    assert "precision=bf16" in check.reason and "beyond the tolerance" in check.reason
+    [rejected] = [s for s in result.steps if s.verdict == WORSE]
+    start_quality, rejected_quality = (f"{p.quality:.3f}" for p in check.probes[:2])
+    assert "precision=bf16" in rejected.candidate
+    assert f"quality {rejected_quality} against the start's {start_quality}" in rejected.note
+    assert [p.config for p in check.probes] == [(), ("precision=bf16", "workers=auto"), ("workers=auto",)]
+
+
+def test_the_quality_guard_passes_a_configuration_that_learns_as_well():
+    result = tune(Workload({"precision=bf16": 2.0}), presets={}, quality=True)
+    assert result.best == ("precision=bf16",) and result.quality.verdict == "passed"
+
+
+def test_the_best_preset_is_adopted_without_what_the_machine_did_not_apply():
+    workload = Workload({"precision=bf16": 3.0, "compile=on": 0.9}, not_applied={"pin=on"})
+    result = tune(workload)
+    presets = {s.axis: s for s in result.steps if s.stage == "presets"}
+    assert presets["+opt=all compile=off"].verdict == KEPT
+    assert "without pin=on" in presets["+opt=all compile=off"].note
+    assert "pin=on" not in result.best and "precision=bf16" in result.best and "compile=on" not in result.best
+
+
+@pytest.mark.parametrize(
+    "speeds",
+    [
+        {"precision=bf16": 3.0, "compile=on": 1.2, "workers=auto": 1.1},  # a CPU with AVX-512 BF16
+        {"precision=bf16": 0.1, "compile=on": 0.95, "workers=auto": 1.2},  # bf16 emulated: +opt=all is slower
+        {"precision=bf16": 1.0, "compile=on": 1.0, "workers=auto": 1.0},  # nothing helps
+    ],
+)
+def test_the_tuned_configuration_is_never_slower_than_the_best_preset_beyond_noise(speeds):
+    for seed in range(10):
+        workload = Workload(speeds, seed=seed)
+        result = tune(workload)
+        best_known = max(workload.speed(c) for c in [(), *PRESETS.values()])
+        assert workload.speed(result.best) >= 0.95 * best_known, (seed, result.best)
+        for name, probes in result.final.items():
+            side_by_side = compare_throughput(
+                [p.images_per_s for p in result.final["tuned"]], [p.images_per_s for p in probes]
+            )
+            assert not (side_by_side.distinguishable and side_by_side.ratio < 1), (seed, name)
+
+
+def test_progress_names_each_probe_its_candidate_and_images_per_s():
+    lines: list[str] = []
+    result = tune(Workload({"workers=auto": 1.5}), presets={}, progress=lines.append)
+    final = {id(p) for probes in result.final.values() for p in probes}
+    assert len(lines) == sum(len(s.candidate_probes) + len(s.against_probes) for s in result.steps) + len(final)
+    assert any("workers=auto: " in line and "images/s" in line and line.startswith("[axes workers") for line in lines)
+
+
+def test_the_result_is_json():
+    result = tune(Workload({"workers=auto": 1.5}), quality=True)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["best"] == list(result.best) and {s["verdict"] for s in data["steps"]} <= {
+        KEPT,
+        SLOWER,
+        "not distinguishable",
+        NOT_APPLIED,
+        FAILED,
+        SKIPPED,
+        WORSE,
+    }
