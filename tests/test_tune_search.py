@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -307,7 +308,8 @@ def test_progress_names_each_probe_its_candidate_and_images_per_s():
     result = tune(Workload({"workers=auto": 1.5}), presets={}, progress=lines.append)
     final = {id(p) for probes in result.final.values() for p in probes}
     assert len(lines) == sum(len(s.candidate_probes) + len(s.against_probes) for s in result.steps) + len(final)
-    assert any("workers=auto: " in line and "images/s" in line and line.startswith("[axes workers") for line in lines)
+    pattern = re.compile(r"\[step \d+, axes workers, [\d.]+/60\.0 min\] workers=auto: [\d.]+ images/s")
+    assert any(pattern.fullmatch(line) for line in lines), lines
 
 
 def test_the_result_is_json():

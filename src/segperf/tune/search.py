@@ -229,7 +229,7 @@ class Tuner:
                     if candidate == best or frozenset((candidate, best)) in tried:
                         continue  # the best has it already, or the two were measured against each other
                     tried.add(frozenset((candidate, best)))
-                    self.ledger.where = f"{stage} {axis.name}"
+                    self.ledger.where = f"step {len(self.steps) + 1}, {stage} {axis.name}"
                     step = self._compare(stage, axis.name, option, candidate, best)
                     self.steps.append(step)
                     if step.verdict == KEPT:

@@ -28,19 +28,22 @@ import yaml
 from segperf.config import CONFIG_DIR, TRAINING_AXIS_KEYS
 from segperf.tune.probe import Config, config_of
 
-# The order the coordinate ascent walks the axes: those that can change a run's speed the most
-# first (reduced precision and compilation are 3x or 0.1x on a CPU; decode, caching and workers
-# are the data side's big ones), so that a budget running out cuts the ones that matter least.
+# The order the coordinate ascent walks the axes, so that a budget running out cuts what matters
+# least: the data side first (JPEG decoding, caching and workers are a CPU's big wins, and a preset
+# that turns them on together with bf16 can hide them: on a CPU without bf16 instructions +opt=all
+# is slower than the start); precision and compile late, since the preset stage has measured them
+# already and their bad options are the slow ones (bf16 emulated, a compile's warm-up), which cost
+# a probe up to its time limit each.
 SEARCH_ORDER = (
-    "precision",
-    "compile",
-    "cache",
     "decode",
+    "cache",
     "workers",
     "threads",
     "prefetch",
     "memory_format",
     "upsample",
+    "compile",
+    "precision",
     "pin",
     "augment",
 )
@@ -242,10 +245,12 @@ def without_settings(
 
 def undo_learning_changes(best: Config, axes: Sequence[Axis], start: Config) -> list[Config]:
     """`best`, then `best` with its changes that alter what is learned (Axis.changes_learning)
-    set back to the start's one after another, in the axes' order (precision first): the
-    configurations the quality guard tries in turn."""
+    set back to the start's one after another, in CHANGES_LEARNING's order (precision first, the
+    likeliest to cost quality; decoding last, the least): the configurations the quality guard
+    tries in turn."""
     found = [best]
-    for axis in axes:
+    rank = {name: i for i, name in enumerate(CHANGES_LEARNING)}
+    for axis in sorted(axes, key=lambda a: rank.get(a.name, len(rank))):
         if axis.changes_learning and set(effective(found[-1], axis, start)) != set(effective(start, axis, start)):
             found.append(with_setting(found[-1], axis, setting(start, axis)))
     return found
