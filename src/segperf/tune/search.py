@@ -257,7 +257,7 @@ class Tuner:
             final = self.ledger.cost(SPEED, [self.start, *self.presets.values(), candidate] * self.min_runs, best)
             if self.ledger.estimate(QUALITY, candidate, self.start) + final > self.ledger.left():
                 self.stopped = True
-                notes.append("no budget left to check a fallback")
+                notes.append(f"no budget left for the learning run of {' '.join(candidate)}")
                 break
             label = " ".join(candidate)
             probe = self.ledger.probe(QUALITY, [candidate], [label], self.ledger.limit(QUALITY, self.start))[0]
