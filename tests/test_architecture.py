@@ -38,6 +38,9 @@ def package_imports(package: str) -> dict[str, set[str]]:
         ("bench", ("segperf.report", "segperf.training", "segperf.model")),
         ("data", ("segperf.model", "segperf.training", "segperf.report")),
         ("model", ("segperf.data", "segperf.training", "segperf.report")),
+        # the tuner decides on probes and runs them as training jobs through Hydra's launcher: it
+        # never builds a net, a loader or a trainer itself
+        ("tune", ("torch", "lightning", "segperf.model", "segperf.data", "segperf.training", "segperf.inference")),
     ],
 )
 def test_each_package_imports_only_what_the_architecture_allows(package, forbidden):

@@ -204,6 +204,9 @@ class TrainerSchema:
     enable_model_summary: bool = MISSING
     deterministic: Any = MISSING
     benchmark: bool | None = MISSING
+    # a limit on training's wall time (Lightning's Timer stops after the step that passes it; the run
+    # ends like a finished one, with the images/s of its steps): the tuner's probes set it. null: none
+    max_time: Any = None
 
 
 @dataclass
@@ -217,6 +220,36 @@ class PerfSchema:
     measure: bool = MISSING
     sample_interval_s: float = MISSING
     peak_probe: bool = MISSING
+
+
+@dataclass
+class TuneProbeSchema:
+    steps: int = MISSING
+    val_images: int = MISSING
+    time_limit_factor: float = MISSING
+    min_time_limit_s: float = MISSING
+    overrides: list[str] = MISSING
+
+
+@dataclass
+class TuneQualitySchema:
+    enabled: bool = MISSING
+    runs: dict[str, list[str]] = MISSING
+    tolerance: float = MISSING
+
+
+@dataclass
+class TuneSchema:
+    """`python -m segperf.tune`'s settings (conf/tune.yaml; checked by segperf.tune.cli)."""
+
+    budget_minutes: float = MISSING
+    presets: list[list[str]] = MISSING
+    batch_size: bool = MISSING
+    level: float = MISSING
+    min_runs: int = MISSING
+    max_runs: int = MISSING
+    probe: TuneProbeSchema = field(default_factory=TuneProbeSchema)
+    quality: TuneQualitySchema = field(default_factory=TuneQualitySchema)
 
 
 @dataclass
@@ -243,6 +276,8 @@ class TrainSchema:
     repeat: int | None = MISSING
     # a run folder to continue from its last checkpoint (see README, "Interrupting and resuming")
     resume: str | None = MISSING
+    # the tuner's settings: only conf/tune.yaml has them (python -m segperf.tune; README, "Tuning")
+    tune: TuneSchema | None = None
 
 
 def register_schema() -> None:

@@ -1,0 +1,13 @@
+"""`python -m segperf.tune [overrides]`: the fastest training configuration for this machine
+(segperf.tune.cli; README, "Tuning")."""
+
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":
+    # the entry point of the imported module, not of `__main__`: launchers that pickle the task
+    # function (hydra-submitit-launcher) then pickle it by name (see segperf/train.py)
+    from segperf.tune.cli import main
+
+    sys.exit(main())

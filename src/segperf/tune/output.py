@@ -1,0 +1,157 @@
+"""What a tune leaves behind: tuned.yaml (the winner as a preset) and tune.json (every number).
+
+tuned.yaml is a `# @package _global_` preset like conf/opt/all.yaml, spelt out concretely: the
+option of every speed group this workload has (`override /workers: auto`, ...), whatever the
+search started from or went through (`+opt=all` is expanded), and the numbers it tuned under them
+(`data.num_workers: 1`). It is written to the tune folder and, as the newest tune on this
+machine, to `<segperf cache>/tune/opt/tuned.yaml`, which `python -m segperf.train +opt=tuned`
+finds through the search path plugin (hydra_plugins/segperf_tuner/search_path.py). Both writes
+are atomic: a tune stopped while writing leaves the previous preset whole.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from segperf.config import CONFIG_DIR, TRAINING_AXIS_KEYS, available_cores, segperf_cache_dir
+from segperf.perf.machine import cpu_model
+from segperf.perf.results import write_json_atomic, write_text_atomic
+from segperf.tune.probe import Config
+from segperf.tune.space import override_key
+
+# the speed axes that are config groups (conf/<group>/), in the seed study's order
+AXIS_GROUPS = tuple(group for group in TRAINING_AXIS_KEYS if (CONFIG_DIR / group).is_dir())
+# the numbers under the groups that the search tunes directly (batch_size only when asked)
+KNOBS = ("data.num_workers", "data.prefetch_factor", "num_threads")
+# CPU flags that make reduced precision native (segperf.training.trainer.NATIVE_CPU_FLAGS; not
+# imported: that module loads torch and Lightning)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cached_preset() -> Path:
+    """Where `+opt=tuned` is found: the newest tune's preset in segperf's cache folder."""
+    return segperf_cache_dir() / "tune" / "opt" / "tuned.yaml"
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def machine_facts() -> dict[str, Any]:
+    """What a tune's answer depends on: the CPU, its cores and bf16 instructions, torch."""
+    flags = cpu_flags()
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cores": available_cores(),
+        **{flag: flag in flags for flag in BF16_FLAGS},
+        "torch": torch_version,
+    }
+
+
+def _value(override: str) -> Any:
+    try:
+        return yaml.safe_load(override.split("=", 1)[1])
+    except yaml.YAMLError:
+        return override.split("=", 1)[1]
+
+
+def preset_body(best: Config, choices: Mapping[str, Any], *, batch_size: bool = False) -> dict[str, Any]:
+    """tuned.yaml's content: every speed group's option as `best` composes it (`choices` are that
+    composition's hydra.runtime.choices), and the tuned numbers `best` sets."""
+    body: dict[str, Any] = {
+        "defaults": [{f"override /{group}": str(choices[group])} for group in AXIS_GROUPS if group in choices]
+    }
+    knobs = (*KNOBS, "batch_size") if batch_size else KNOBS
+    for override in best:
+        key = override_key(override)
+        if key in knobs and not override.startswith("~"):
+            *parents, leaf = key.split(".")
+            node = body
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = _value(override)
+    return body
+
+
+def preset_text(body: Mapping[str, Any], header: Sequence[str]) -> str:
+    comments = "".join(f"# {line}\n" for line in header)
+    return "# @package _global_\n" + comments + yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
+
+
+def preset_header(facts: Mapping[str, Any], tune_dir: Path, speedup: str) -> list[str]:
+    return [
+        f"The fastest configuration `python -m segperf.tune` found on {facts['hostname']}",
+        f"({facts['cpu_model']}, {facts['cores']} cores, torch {facts['torch']}) on {datetime.now():%Y-%m-%d %H:%M}:",
+        f"{speedup}. The tune: {tune_dir} (tune_report.md).",
+        "Apply it with: python -m segperf.train +opt=tuned",
+    ]
+
+
+def write_preset(tune_dir: Path, text: str) -> tuple[Path, Path]:
+    """tuned.yaml in the tune folder and as the newest tune in the cache folder (both atomic)."""
+    return write_text_atomic(Path(tune_dir) / "tuned.yaml", text), write_text_atomic(cached_preset(), text)
+
+
+def write_tune_json(tune_dir: Path, data: Mapping[str, Any]) -> Path:
+    return write_json_atomic(Path(tune_dir) / "tune.json", dict(data))
+
+
+def finish(result: Any, config: Any, loader: Any, settings: Any, arguments: Sequence[str], notes: list[str]) -> Any:
+    """tuned.yaml (tune folder and cache), tune.json and tune_report.md; the preset's path last."""
+    import shlex
+
+    from omegaconf import OmegaConf
+
+    from segperf.tune.report import final_table, ratio_cell, tuned_against_presets, write_report
+
+    tune_dir = Path(str(config.hydra.sweep.dir))
+    facts = machine_facts()
+    data = result.to_dict()
+    rows = {row["name"]: row for row in final_table(data, data["level"])}
+    tuned = rows.get("tuned") or {}
+    low, high = tuned.get("vs_start_interval") or (None, None)
+    speedup = f"{ratio_cell(tuned.get('vs_start'), low, high, tuned.get('distinguishable'))} the start's images/s"
+    if tuple(result.best) == tuple(result.start):
+        speedup = "the start itself (nothing was faster beyond noise, or the quality check undid it)"
+    composed = loader.load_sweep_config(config, list(result.best))
+    choices = {str(k): v for k, v in composed.hydra.runtime.choices.items()}
+    text = preset_text(
+        preset_body(result.best, choices, batch_size=settings.batch_size), preset_header(facts, tune_dir, speedup)
+    )
+    local, cached = write_preset(tune_dir, text)
+    record = {
+        "command": shlex.join(["python", "-m", "segperf.tune", *arguments]),
+        "machine": facts,
+        "tune_dir": str(tune_dir),
+        "settings": OmegaConf.to_container(settings, resolve=True),
+        "notes": notes,
+        "result": data,
+        "final_table": list(rows.values()),
+        "tuned_against_best_other": tuned_against_presets(data, data["level"]),
+        "tuned_yaml": str(cached),
+        "tuned_yaml_in_tune_dir": str(local),
+        "tuned_text": text,
+    }
+    write_tune_json(tune_dir, record)
+    report = write_report(record, tune_dir)
+    changed = " ".join(o for o in result.best if o not in set(result.start)) or "(the start)"
+    print(f"segperf.tune: tuned {changed}: {speedup}")
+    print(f"segperf.tune: report {report}; apply with: python -m segperf.train +opt=tuned")
+    print(cached)  # the last line: the preset's path (DESIGN.md)
+    return result

@@ -1,0 +1,228 @@
+"""tune_report.md and its charts: what a tune tried, what it kept and why, and the proof.
+
+Made from the tune's record (what tune.json holds: the search's TuneResult as a dict, the machine,
+the command), never by re-running anything, like segperf.report for a sweep. Every ratio is the
+search's own decision (segperf.report.stats.compare_throughput: the ratio of geometric means with
+its interval at the tune's level); the final side-by-side is computed here the same way.
+Charts use matplotlib's object API on the Agg canvas (no display, no pyplot state), as the
+sweep report's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from segperf.perf.formatting import fmt_num, md_table
+from segperf.perf.results import write_text_atomic
+from segperf.report.stats import compare_throughput, summarize
+
+VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
+
+
+def label(config: Sequence[str], start: Sequence[str]) -> str:
+    """A configuration as what it changes on the start ("start" for the start itself)."""
+    changed = [o for o in config if o not in set(start)]
+    return " ".join(changed) if changed else "start"
+
+
+def rates(probes: Sequence[Mapping[str, Any]]) -> list[float | None]:
+    return [p.get("images_per_s") for p in probes]
+
+
+def rate_cell(probes: Sequence[Mapping[str, Any]]) -> str:
+    """Median images/s with its range and the number of runs: `2.41 [2.30–2.52] ×3`."""
+    stat = summarize(rates(probes))
+    if stat.median is None:
+        return "n/a" if not probes else "failed"
+    spread = f" [{fmt_num(stat.min)}–{fmt_num(stat.max)}]" if stat.n > 1 else ""
+    return f"{fmt_num(stat.median)}{spread} ×{stat.n}"
+
+
+def ratio_cell(ratio: float | None, low: float | None, high: float | None, distinguishable: bool | None = None) -> str:
+    if ratio is None:
+        return "n/a"
+    interval = f" [{low:.2f}–{high:.2f}]" if low is not None and high is not None else " (one run each)"
+    sign = "~" if distinguishable is False else ""
+    return f"{sign}{ratio:.2f}×{interval}"
+
+
+def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]:
+    """The final side-by-side: each configuration's images/s and its ratio to the start's."""
+    final, configs = result.get("final") or {}, result.get("final_configs") or {}
+    start = final.get("start") or []
+    rows = []
+    for name, probes in final.items():
+        stat = summarize(rates(probes))
+        versus = compare_throughput(rates(probes), rates(start), level)
+        rows.append(
+            {
+                "name": name,
+                "config": list(configs.get(name) or []),
+                "runs": stat.n,
+                "images_per_s": {"median": stat.median, "min": stat.min, "max": stat.max},
+                "vs_start": None if name == "start" else versus.ratio,
+                "vs_start_interval": None if name == "start" else [versus.low, versus.high],
+                "distinguishable": None if name == "start" else versus.distinguishable,
+            }
+        )
+    return rows
+
+
+def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, Any] | None:
+    """The tuned configuration against the fastest other one of the final side-by-side."""
+    final = result.get("final") or {}
+    tuned = final.get("tuned") or []
+    others = {n: p for n, p in final.items() if n != "tuned" and summarize(rates(p)).median is not None}
+    if not tuned or not others:
+        return None
+    best = max(others, key=lambda n: summarize(rates(others[n])).median)
+    versus = compare_throughput(rates(tuned), rates(others[best]), level)
+    return {"against": best, "ratio": versus.ratio, "low": versus.low, "high": versus.high}
+
+
+def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
+    """tune_report.md's text from the tune's record (tune.json's content)."""
+    result, machine = data["result"], data.get("machine") or {}
+    start, level = result.get("start") or [], result.get("level", 0.95)
+    bf16 = "yes" if machine.get("avx512_bf16") or machine.get("amx_bf16") else "no"
+    lines = [
+        f"# Tune: {machine.get('hostname', '?')}",
+        "",
+        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores (bf16 instructions: {bf16}), "
+        f"torch {machine.get('torch', '?')}.",
+        "",
+        f"Command: `{data.get('command', 'python -m segperf.tune')}`",
+        "",
+        f"Budget {result.get('budget_s', 0) / 60:.1f} min, took {result.get('elapsed_s', 0) / 60:.1f} min"
+        + (" (stopped by the budget: some comparisons were not run)." if result.get("stopped_by_budget") else "."),
+        "",
+        "## Result",
+        "",
+        f"- start: `{' '.join(start) or 'the defaults'}`",
+        f"- tuned: `{label(result.get('best') or [], start)}`",
+    ]
+    for row in final_table(result, level):
+        if row["name"] == "tuned" and row["vs_start"] is not None:
+            low, high = row["vs_start_interval"]
+            lines.append(f"- tuned against the start: {ratio_cell(row['vs_start'], low, high, row['distinguishable'])}")
+    if against := tuned_against_presets(result, level):
+        cell = ratio_cell(against["ratio"], against["low"], against["high"])
+        lines.append(f"- tuned against the fastest other configuration ({against['against']}): {cell}")
+    lines.append(f"- quality: {quality_line(result.get('quality'))}")
+    if data.get("tuned_yaml"):
+        lines += ["", f"`{data['tuned_yaml']}` (`python -m segperf.train +opt=tuned`):", "", "```yaml"]
+        lines += [data.get("tuned_text", "").rstrip(), "```"]
+    lines += ["", "## Path from start to tuned", ""]
+    kept = [s for s in result.get("steps") or [] if s.get("verdict") == "kept"]
+    lines += [
+        f"{i}. {s['stage']}: {s['axis']} `{label(s.get('option') or [], start)}` "
+        f"{ratio_cell(s.get('ratio'), s.get('low'), s.get('high'))}"
+        for i, s in enumerate(kept, start=1)
+    ] or ["Nothing was faster beyond noise: the start is the tuned configuration."]
+    lines += ["", "## Final side by side (interleaved)", ""]
+    rows = [
+        [row["name"], label(row["config"], start), rate_cell((result.get("final") or {})[row["name"]])]
+        + [ratio_cell(row["vs_start"], *(row["vs_start_interval"] or [None, None]), row["distinguishable"])]
+        for row in final_table(result, level)
+    ]
+    lines += md_table(["configuration", "overrides", "images/s median [min–max] ×runs", "vs start"], rows, {2, 3})
+    lines += ["", "## Steps", ""]
+    rows = [
+        [str(i), s["stage"], s["axis"], label(s.get("option") or [], start)]
+        + [rate_cell(s.get("candidate_probes") or []), rate_cell(s.get("against_probes") or [])]
+        + [ratio_cell(s.get("ratio"), s.get("low"), s.get("high")), s.get("verdict", ""), s.get("note", "")]
+        for i, s in enumerate(result.get("steps") or [], start=1)
+    ]
+    headers = ["#", "stage", "axis", "option", "candidate images/s", "best images/s", "ratio", "verdict", "note"]
+    lines += md_table(headers, rows, {0, 4, 5, 6}) if rows else ["No comparison ran."]
+    lines += ["", "## Quality check", "", quality_section(result.get("quality"), start)]
+    if data.get("notes"):
+        lines += ["", "## Notes", "", *[f"- {note}" for note in data["notes"]]]
+    lines += ["", *[f"![{Path(c).stem}]({Path(c).name})" for c in charts]]
+    lines.append("")
+    lines.append(
+        f"Ratios are of geometric mean images/s with their {level:.0%} interval (Welch's test on log "
+        "images/s); `~` marks one not distinguishable from 1. Every probe is a run folder here: "
+        "`python -m segperf.report` reads them."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def quality_line(check: Mapping[str, Any] | None) -> str:
+    if not check:
+        return "not checked"
+    return f"{check.get('verdict', 'not checked')}" + (f" ({check['reason']})" if check.get("reason") else "")
+
+
+def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> str:
+    if not check:
+        return "Not checked (tune.quality.enabled=false, or no learning run is set for this model)."
+    rows = [
+        [label(p.get("config") or [], start), fmt_num(p.get("quality")), p.get("failed") or "", p.get("run_dir") or ""]
+        for p in check.get("probes") or []
+    ]
+    table = md_table(["configuration", "quality", "failed", "run folder"], rows, {1}) if rows else []
+    verdict = f"Verdict: **{quality_line(check)}**; tolerance {check.get('tolerance')}."
+    return "\n".join([verdict, "", *table])
+
+
+def _figure(labels: Sequence[str], rows: int):
+    """A figure with room on the left for `labels` (margins from the label length, as the sweep
+    report's charts: a layout engine cannot fit long override labels and warns)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    width, height = 10.0, 1.3 + 0.32 * max(rows, 1)
+    left = min(0.3 + 0.075 * max((len(t) for t in labels), default=0), width * 0.6)
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=left / width, right=0.97, bottom=0.6 / height, top=1 - 0.4 / height)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def charts(data: Mapping[str, Any], out: Path) -> list[Path]:
+    """final.png (the side-by-side, with each configuration's range) and steps.png (each
+    comparison's ratio with its interval, coloured by verdict)."""
+    result = data["result"]
+    start, level, written = result.get("start") or [], result.get("level", 0.95), []
+    rows = [r for r in final_table(result, level) if r["images_per_s"]["median"] is not None]
+    if rows:
+        fig, ax = _figure([r["name"] for r in rows], len(rows))
+        stats = [r["images_per_s"] for r in rows]
+        errors = [[x["median"] - x["min"] for x in stats], [x["max"] - x["median"] for x in stats]]
+        ax.barh(range(len(rows)), [x["median"] for x in stats], xerr=errors, color="C0", capsize=3)
+        ax.set_yticks(range(len(rows)), [r["name"] for r in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("training images/s (median, min–max)")
+        ax.set_title("Final side by side")
+        written.append(out / "final.png")
+        fig.savefig(written[-1], dpi=100)
+    steps = [s for s in result.get("steps") or [] if s.get("ratio") is not None]
+    if steps:
+        ticks = [f"{s['axis']}: {label(s.get('option') or [], start)}"[:60] for s in steps]
+        fig, ax = _figure(ticks, len(steps))
+        for i, s in enumerate(steps):
+            low, high = s.get("low") or s["ratio"], s.get("high") or s["ratio"]
+            ax.errorbar(
+                s["ratio"],
+                i,
+                xerr=[[s["ratio"] - low], [high - s["ratio"]]],
+                fmt="o",
+                color=VERDICT_COLORS.get(s.get("verdict"), "#ff7f0e"),
+                capsize=3,
+            )
+        ax.axvline(1.0, color="0.3", linewidth=0.8)
+        ax.set_yticks(range(len(steps)), ticks)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel(f"images/s against the best at the time ({level:.0%} interval): green kept, red slower")
+        written.append(out / "steps.png")
+        fig.savefig(written[-1], dpi=100)
+    return written
+
+
+def write_report(data: Mapping[str, Any], out: Path) -> Path:
+    drawn = charts(data, Path(out))
+    return write_text_atomic(Path(out) / "tune_report.md", render(data, [str(p) for p in drawn]))

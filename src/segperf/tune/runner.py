@@ -1,0 +1,214 @@
+"""The tuner's Measure: candidate configurations run as short training jobs through Hydra's
+launcher, and each job's results.json read back as a Probe (segperf.tune.probe).
+
+A configuration (a sorted tuple of override strings, the tune's start included) becomes a job
+by adding the probe's run size after it: `warmup_steps` steps, then `tune.probe.steps` measured
+steps of the configuration's own batch size, one small validation at the end (the run always
+validates once), no checkpoint. A per-probe time limit becomes `trainer.max_time`: Lightning's
+Timer stops training after the step that passes it and the run ends like a finished one, its
+images/s of the steps it did after warm-up, so the probe is marked cut rather than failed. The
+limit counts from the first training step (Lightning's Timer starts there): a probe's start-up
+(building the data and the net, filling a cache) is not cut, only what it spends training.
+
+Quality probes are learning runs of the same configurations at the size `tune.quality.runs`
+gives for the model (size=demo for the U-Net: its Dice after a minute says whether a setting
+learns as well; see segperf.tune.cli), with the start's own run-size overrides left out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from segperf.tune.probe import Config, Probe
+from segperf.tune.space import override_key
+
+# what a probe sets itself (the start's own values of these keys are replaced)
+PROBE_SIZE_KEYS = ("train_images", "val_images", "val_every_images", "trainer.max_time")
+# run-size keys of the start left out of a quality run: the learning run has its own size
+RUN_SIZE_KEYS = ("size", "train_images", "val_images", "batch_size", "val_every_images", "data.height", "data.width")
+# results.json's quality key per workload: the U-Net's val Dice, the CNN's val accuracy
+QUALITY_KEYS = ("val_dice", "val_accuracy")
+
+
+def merged(*groups: Iterable[str]) -> list[str]:
+    """Override lists joined, a later override of the same key replacing an earlier one (Hydra
+    refuses two values for one config group in one command line)."""
+    by_key: dict[str, str] = {}
+    for group in groups:
+        for override in group:
+            by_key.pop(override_key(override), None)
+            by_key[override_key(override)] = override
+    return list(by_key.values())
+
+
+def without_keys(overrides: Iterable[str], keys: Iterable[str]) -> list[str]:
+    drop = set(keys)
+    return [o for o in overrides if override_key(o) not in drop]
+
+
+def max_time(limit_s: float) -> str:
+    """`trainer.max_time` for a limit in seconds: Lightning's DD:HH:MM:SS, whole seconds, at least 1."""
+    seconds = max(1, math.ceil(limit_s))
+    return f"'00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'"
+
+
+def setting(overrides: Sequence[str], key: str, default: Any) -> Any:
+    """The value `overrides` give `key` (YAML-read: `batch_size=8` -> 8), else `default`."""
+    import yaml
+
+    for override in reversed(overrides):
+        if override_key(override) == key and "=" in override:
+            try:
+                return yaml.safe_load(override.split("=", 1)[1])
+            except yaml.YAMLError:
+                return default
+    return default
+
+
+def not_applied(adjusted: Mapping[str, Any]) -> tuple[str, ...]:
+    """`key: reason` for each setting the run adjusted away (results.json `adjusted`)."""
+    return tuple(
+        f"{key}: {change.get('reason') or 'adjusted'}"
+        for key, change in sorted(adjusted.items())
+        if not isinstance(change, Mapping) or change.get("used") != change.get("requested")
+    )
+
+
+def first_line(text: Any) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else str(text)
+
+
+def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) -> Probe:
+    """What the search sees of one finished job: its results.json as a Probe."""
+    path = Path(run_dir) / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except FileNotFoundError:
+        return Probe(config, None, run_dir=str(run_dir), failed=f"no results.json in {run_dir} (the job did not run)")
+    except (OSError, ValueError) as error:
+        return Probe(config, None, run_dir=str(run_dir), failed=f"{path}: unreadable ({first_line(error)})")
+    train, progress = results.get("train") or {}, results.get("progress") or {}
+    quality = results.get("quality") or {}
+    wall = (results.get("accounted") or {}).get("run_wall_s") or train.get("wall_s") or 0.0
+    probe = Probe(
+        config,
+        train.get("images_per_s"),
+        not_applied=not_applied(results.get("adjusted") or {}),
+        quality=next((quality[k] for k in QUALITY_KEYS if quality.get(k) is not None), None),
+        wall_s=float(wall),
+        run_dir=str(run_dir),
+    )
+    status = results.get("status")
+    if status != "completed":
+        return replace(probe, images_per_s=None, failed=first_line(results.get("error") or status))
+    done, planned = progress.get("steps_done"), progress.get("steps_total")
+    if limited and done is not None and planned is not None and done < planned:
+        probe = replace(probe, cut=True)
+        if not train.get("warmup_excluded"):  # stopped before warm-up ended: no steady-state rate
+            return replace(
+                probe, images_per_s=None, failed=f"cut at the time limit after {done} of {planned} steps, in warm-up"
+            )
+    if probe.images_per_s is None:
+        return replace(probe, failed="no images/s recorded (too few steps)")
+    return probe
+
+
+class LaunchMeasure:
+    """The search's Measure (segperf.tune.probe): each batch of configurations as one launch of
+    the configured Hydra launcher, one job per entry, in the order given (A B A B stays A B A B;
+    a parallel launcher runs them side by side). Job numbers continue over the tune and over its
+    reruns (the sweep folder's highest `<num>_...` folder + 1), so no run folder is written twice.
+
+    `kind` "speed" runs probes (`probe` settings: steps, val_images, overrides); "quality" runs the
+    learning runs of `quality_runs` instead (with the probes' overrides), without a time limit: a
+    learning run cut short would judge a configuration on less training."""
+
+    def __init__(
+        self,
+        master: Any,
+        loader: Any,
+        launcher: Any,
+        *,
+        kind: str,
+        probe: Mapping[str, Any],
+        quality_runs: Sequence[str] = (),
+        keep_batch_size: bool = False,
+    ) -> None:
+        self.master, self.loader, self.launcher, self.kind = master, loader, launcher, kind
+        self.probe = probe
+        self.quality_runs = list(quality_runs)
+        self.keep_batch_size = keep_batch_size
+        self.sweep_dir = Path(str(master.hydra.sweep.dir))
+        self._problems: dict[Config, str | None] = {}
+
+    def job_overrides(self, config: Config, limit_s: float | None) -> list[str]:
+        """The command line of one job of `config`."""
+        if self.kind == "quality":
+            drop = [k for k in RUN_SIZE_KEYS if not (self.keep_batch_size and k == "batch_size")]
+            return merged(self.probe["overrides"], without_keys(config, drop), self.quality_runs)
+        batch = setting(config, "batch_size", self.master.batch_size)
+        warmup = setting(config, "warmup_steps", self.master.warmup_steps)
+        images = (warmup + self.probe["steps"]) * batch
+        size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
+        limit = [f"trainer.max_time={max_time(limit_s)}"] if limit_s is not None else []
+        return merged(self.probe["overrides"], config, size, limit)
+
+    def composition_problem(self, config: Config, overrides: list[str]) -> str | None:
+        """One line when Hydra cannot compose the job (an option this workload has no group
+        for), checked here: the basic launcher would raise it and end the tune."""
+        if config not in self._problems:
+            try:
+                self.loader.load_sweep_config(self.master, list(overrides))
+                self._problems[config] = None
+            except Exception as error:  # Hydra's and OmegaConf's composition errors
+                self._problems[config] = f"does not compose: {first_line(error)}"
+        return self._problems[config]
+
+    def next_job(self) -> int:
+        numbers = [
+            int(p.name.split("_", 1)[0]) for p in self.sweep_dir.glob("*_*") if p.name.split("_", 1)[0].isdigit()
+        ]
+        return max(numbers, default=-1) + 1
+
+    def __call__(self, configs: Sequence[Config], limit_s: float | None) -> list[Probe]:
+        limit_s = None if self.kind == "quality" else limit_s
+        probes: list[Probe | None] = [None] * len(configs)
+        batch, where = [], []
+        for index, config in enumerate(configs):
+            overrides = self.job_overrides(config, limit_s)
+            problem = self.composition_problem(config, overrides)
+            if problem:
+                probes[index] = Probe(config, None, failed=problem)
+            else:
+                batch.append(overrides)
+                where.append(index)
+        if batch:
+            started = time.monotonic()
+            returns = self.launcher.launch(batch, initial_job_idx=self.next_job())
+            elapsed = time.monotonic() - started
+            found = [
+                self._probe_of(configs[i], job, limit_s is not None) for i, job in zip(where, returns, strict=True)
+            ]
+            # a run's own wall time, plus its share of what the launch took besides the runs
+            # (composing each job, Hydra's set-up, a submitit job's start): what it cost the budget
+            extra = max(0.0, elapsed - sum(p.wall_s for p in found)) / len(found)
+            for i, probe in zip(where, found, strict=True):
+                probes[i] = replace(probe, wall_s=probe.wall_s + extra)
+        return [p for p in probes if p is not None]
+
+    def _probe_of(self, config: Config, job: Any, limited: bool) -> Probe:
+        run_dir = Path(str(job.hydra_cfg.hydra.runtime.output_dir)) if job.hydra_cfg is not None else None
+        if getattr(job.status, "name", "") == "FAILED":
+            error = job._return_value
+            where = str(run_dir) if run_dir else None
+            return Probe(config, None, run_dir=where, failed=f"{type(error).__name__}: {first_line(error)}")
+        if run_dir is None:
+            return Probe(config, None, failed="the launcher returned no run folder")
+        return probe_from_results(config, run_dir, limited=limited)

@@ -1,0 +1,349 @@
+"""The tuner's plumbing: a probe's results.json read as what the search decides on, probes run
+through Hydra's launcher as ordinary training jobs, tuned.yaml as a preset `+opt=tuned` finds,
+the report and tune.json, and one real tune on the CPU end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.utils import JobStatus
+from omegaconf import OmegaConf
+
+from segperf.config import CONFIG_DIR
+from segperf.tune import cli
+from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
+from segperf.tune.probe import Probe
+from segperf.tune.report import render
+from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
+from segperf.tune.search import QualityCheck, Step, TuneResult
+
+PIN_REASON = "no CUDA device: pinned memory only speeds up host-to-GPU copies"
+SPEED_PROBE = {"steps": 8, "val_images": 4, "overrides": ["perf.peak_probe=false", "~callbacks.last_checkpoint"]}
+
+
+def results(status="completed", images_per_s=3.2, steps_done=10, steps_total=10, adjusted=None, **extra) -> dict:
+    """A results.json of the shape segperf.training.record writes (the keys the tuner reads)."""
+    return {
+        "status": status,
+        "train": {"images_per_s": images_per_s, "wall_s": 9.0, "warmup_excluded": steps_done > 2},
+        "progress": {"steps_done": steps_done, "steps_total": steps_total},
+        "adjusted": adjusted or {},
+        "quality": {"val_dice": 0.91, "val_pixel_accuracy": 0.95},
+        "accounted": {"run_wall_s": 12.5},
+        **extra,
+    }
+
+
+def run_folder(root: Path, name: str, record: dict) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(record))
+    return folder
+
+
+def compose_tune(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="tune", overrides=list(overrides), return_hydra_config=True)
+
+
+class ComposingLoader:
+    """Hydra's config loader as the sweeper has it: composes a job of conf/tune.yaml."""
+
+    def load_sweep_config(self, master, overrides):
+        return compose_tune(*overrides)
+
+
+# -- results.json -> Probe -----------------------------------------------------------------
+
+
+def test_a_finished_probe_reads_its_images_per_s_quality_and_wall_time(tmp_path):
+    probe = probe_from_results(("pin=off",), run_folder(tmp_path, "0_", results()))
+    assert probe.images_per_s == 3.2 and probe.applied and probe.failed is None and not probe.cut
+    assert probe.quality == 0.91  # the U-Net's val Dice (the CNN's val_accuracy otherwise)
+    assert probe.wall_s == 12.5 and probe.run_dir == str(tmp_path / "0_")
+
+
+def test_a_setting_the_machine_adjusted_away_is_not_applied_with_its_reason(tmp_path):
+    adjusted = {
+        "data.pin_memory": {"requested": True, "used": False, "reason": PIN_REASON},
+        "data.num_workers": {"requested": 2, "used": 2, "reason": "unchanged"},  # honoured: not listed
+    }
+    probe = probe_from_results(("pin=on",), run_folder(tmp_path, "1_pin=on", results(adjusted=adjusted)))
+    assert probe.not_applied == (f"data.pin_memory: {PIN_REASON}",)
+    assert not probe.applied and probe.images_per_s == 3.2
+
+
+def test_a_failed_run_is_a_failed_probe_with_its_error_and_no_speed(tmp_path):
+    record = results(status="failed", error="OutOfMemoryError: CUDA out of memory.\nTried to allocate 2 GiB")
+    probe = probe_from_results(("batch_size=64",), run_folder(tmp_path, "2_", record))
+    assert probe.images_per_s is None and probe.failed == "OutOfMemoryError: CUDA out of memory."
+    missing = probe_from_results(("x=1",), tmp_path / "3_never_ran")
+    assert missing.images_per_s is None and "no results.json" in missing.failed
+
+
+def test_a_probe_stopped_at_its_time_limit_is_cut_and_keeps_the_speed_of_its_steps(tmp_path):
+    folder = run_folder(tmp_path, "4_", results(steps_done=6, steps_total=10, images_per_s=0.2))
+    cut = probe_from_results(("precision=bf16",), folder, limited=True)
+    assert cut.cut and cut.images_per_s == 0.2 and cut.failed is None
+    assert not probe_from_results(("precision=bf16",), folder).cut  # no limit asked: a short run, not a cut one
+    in_warmup = run_folder(tmp_path, "5_", results(steps_done=1, steps_total=10, images_per_s=0.05))
+    stopped = probe_from_results(("compile=on",), in_warmup, limited=True)
+    assert stopped.cut and stopped.images_per_s is None and "in warm-up" in stopped.failed
+
+
+# -- the probes' jobs ----------------------------------------------------------------------
+
+
+def test_a_probe_is_the_configuration_at_the_probe_size_with_the_time_limit_last():
+    master = compose_tune("batch_size=4")
+    measure = LaunchMeasure(master, ComposingLoader(), None, kind="speed", probe=SPEED_PROBE)
+    jobs = measure.job_overrides(("batch_size=2", "train_images=999", "workers=auto"), limit_s=74.2)
+    assert jobs == [
+        "perf.peak_probe=false",
+        "~callbacks.last_checkpoint",
+        "batch_size=2",
+        "workers=auto",
+        "train_images=20",  # (2 warm-up + 8 measured steps) x the configuration's batch size
+        "val_images=4",
+        "val_every_images=20",
+        "trainer.max_time='00:00:01:15'",
+    ]
+    job = compose_tune(*jobs)
+    assert job.train_images == 20 and job.trainer.max_time == "00:00:01:15"
+    assert "last_checkpoint" not in job.callbacks and job.data.num_workers > 0
+
+
+def test_a_quality_run_drops_the_starts_run_size_for_the_learning_runs():
+    master = compose_tune()
+    quality = LaunchMeasure(
+        master, None, None, kind="quality", probe=SPEED_PROBE, quality_runs=["size=demo", "data.height=64"]
+    )
+    jobs = quality.job_overrides(("data.height=128", "precision=bf16", "train_images=40"), limit_s=30)
+    assert jobs == [
+        "perf.peak_probe=false",
+        "~callbacks.last_checkpoint",
+        "precision=bf16",
+        "size=demo",
+        "data.height=64",
+    ]
+
+
+def test_later_overrides_replace_earlier_ones_of_the_same_key():
+    assert merged(["workers=off", "+opt=all"], ["workers=auto"], ["opt=x"]) == ["workers=auto", "opt=x"]
+    assert max_time(0.2) == "'00:00:00:01'" and max_time(3601) == "'00:01:00:01'"
+
+
+def test_the_measure_launches_a_batch_in_order_and_numbers_jobs_after_the_folders_there(tmp_path):
+    (tmp_path / "7_compile=on").mkdir()  # an earlier run of this tune (a rerun continues the numbers)
+    launched = []
+
+    class Launcher:
+        def launch(self, batch, initial_job_idx):
+            launched.append((initial_job_idx, [list(job) for job in batch]))
+            returns = []
+            for offset, job in enumerate(batch):
+                pin = "pin=on" in job
+                adjusted = {"data.pin_memory": {"requested": True, "used": False, "reason": PIN_REASON}} if pin else {}
+                folder = run_folder(tmp_path, f"{initial_job_idx + offset}_job", results(adjusted=adjusted))
+                hydra_cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(folder)}}})
+                returns.append(SimpleNamespace(status=JobStatus.COMPLETED, hydra_cfg=hydra_cfg, _return_value=None))
+            return returns
+
+    class Loader:
+        def load_sweep_config(self, master, overrides):
+            if "upsample=deconv" in overrides:
+                raise ValueError("Could not override 'upsample'.\nNo match in the defaults list.")
+
+    master = compose_tune(f"hydra.sweep.dir={tmp_path}")
+    measure = LaunchMeasure(master, Loader(), Launcher(), kind="speed", probe=SPEED_PROBE)
+    probes = measure([(), ("pin=on",), ("upsample=deconv",), ()], 60.0)
+    assert [p.config for p in probes] == [(), ("pin=on",), ("upsample=deconv",), ()]
+    assert [p.applied for p in probes] == [True, False, True, True]
+    assert probes[2].failed == "does not compose: Could not override 'upsample'." and probes[2].images_per_s is None
+    assert [start for start, _ in launched] == [8]  # one launch of the three that compose, after job 7
+    assert len(launched[0][1]) == 3
+    assert all(p.wall_s >= 12.5 for p in probes if p.failed is None)  # its own run + its share of the launch
+
+
+# -- tuned.yaml and +opt=tuned -------------------------------------------------------------
+
+
+def test_tuned_yaml_spells_out_every_group_and_the_tuned_numbers():
+    best = ("compile=off", "data.num_workers=1", "memory_format=channels_last", "precision=bf16", "workers=auto")
+    choices = compose_tune(*best).hydra.runtime.choices
+    body = preset_body(best, choices)
+    assert {"override /precision": "bf16"} in body["defaults"]
+    assert {"override /workers": "auto"} in body["defaults"]
+    assert {"override /decode": "full"} in body["defaults"]  # untouched groups too: the preset is complete
+    assert body["data"] == {"num_workers": 1}
+    assert "batch_size" not in body  # only with tune.batch_size=true
+    text = preset_text(body, ["a header"])
+    assert text.startswith("# @package _global_\n# a header\n")
+    assert "opt" not in yaml.safe_load(text)  # concrete choices, not a reference to a preset
+
+
+def test_opt_tuned_composes_the_newest_tune_from_the_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    best = ("data.num_workers=1", "precision=bf16", "upsample=deconv", "workers=auto")
+    body = preset_body(best, compose_tune(*best).hydra.runtime.choices)
+    local, cached = write_preset(tmp_path / "tune", preset_text(body, ["test"]))
+    assert cached == cached_preset() == tmp_path / "cache" / "tune" / "opt" / "tuned.yaml"
+    assert local.read_text() == cached.read_text()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["+opt=tuned", "data.num_workers=0"])
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.model.net.upsample == "deconv"
+    assert cfg.data.num_workers == 0  # the command line still wins over the preset
+
+
+# -- the report and tune.json --------------------------------------------------------------
+
+
+def fake_result() -> TuneResult:
+    start, preset, tuned = (
+        ("data.height=128",),
+        ("data.height=128", "workers=auto"),
+        ("data.height=128", "upsample=deconv"),
+    )
+
+    def probes(config, *rates, **kw):
+        return [Probe(config, r, wall_s=10.0, **kw) for r in rates]
+
+    steps = [
+        Step("presets", "+opt=all", preset, preset, start, probes(preset, 2.1, 2.2), probes(start, 2.0, 2.05), 1.06),
+        Step(
+            "axes",
+            "upsample",
+            ("upsample=deconv",),
+            tuned,
+            start,
+            probes(tuned, 3.0, 3.1),
+            probes(start, 2.0, 2.1),
+            1.5,
+            1.3,
+            1.7,
+            "kept",
+        ),
+        Step(
+            "axes",
+            "pin",
+            ("pin=on",),
+            ("data.height=128", "pin=on", "upsample=deconv"),
+            tuned,
+            probes(tuned, 3.0),
+            probes(tuned, 3.0, not_applied=(f"data.pin_memory: {PIN_REASON}",)),
+            verdict="not applied",
+            note=f"data.pin_memory: {PIN_REASON}",
+        ),
+    ]
+    quality = QualityCheck(0.02, [Probe(start, None, quality=0.95), Probe(tuned, None, quality=0.94)], "passed", "ok")
+    final = {"start": probes(start, 2.0, 2.1), "+opt=all": probes(preset, 2.2, 2.1), "tuned": probes(tuned, 3.1, 3.0)}
+    configs = {"start": start, "+opt=all": preset, "tuned": tuned}
+    return TuneResult(start, tuned, steps, final, configs, quality, False, 290.0, 600.0, 0.95)
+
+
+def test_the_report_shows_each_step_the_path_the_quality_check_and_the_side_by_side(tmp_path):
+    text = render({"result": fake_result().to_dict(), "machine": {"cpu_model": "Test CPU", "cores": 2}})
+    assert "1. axes: upsample `upsample=deconv` 1.50× [1.30–1.70]" in text  # the path from start to tuned
+    assert "not applied" in text and PIN_REASON in text
+    assert "Verdict: **passed (ok)**" in text and "0.940" in text
+    final = text.split("## Final side by side")[1].split("## Steps")[0]
+    assert [line.split("|")[1].strip() for line in final.splitlines() if line.startswith("| ")][1:] == [
+        "start",
+        "+opt=all",
+        "tuned",
+    ]
+    assert "3.05 [3.00–3.10] ×2" in final
+
+
+def test_finish_writes_tuned_yaml_tune_json_and_the_report_and_prints_the_preset_last(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    config = compose_tune(f"hydra.sweep.dir={tmp_path / 'tune'}")
+    settings = compose_tune().tune
+    finish(fake_result(), config, ComposingLoader(), settings, ["data.height=128"], ["a note"])
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == str(tmp_path / "cache" / "tune" / "opt" / "tuned.yaml")
+    tune = tmp_path / "tune"
+    record = json.loads((tune / "tune.json").read_text())
+    assert record["machine"]["cores"] >= 1 and "avx512_bf16" in record["machine"] and record["machine"]["torch"]
+    assert record["result"]["best"] == ["data.height=128", "upsample=deconv"]
+    assert [row["name"] for row in record["final_table"]] == ["start", "+opt=all", "tuned"]
+    assert record["notes"] == ["a note"]
+    assert {"override /upsample": "deconv"} in yaml.safe_load((tune / "tuned.yaml").read_text())["defaults"]
+    assert (tune / "tune_report.md").read_text().count("![") == 2
+    assert (tune / "final.png").stat().st_size > 0 and (tune / "steps.png").stat().st_size > 0
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_bad_tune_settings_and_sweeps_are_one_line_each_before_any_probe(tmp_path, capsys):
+    code = cli.main(["tune.budget_minutes=0", "tune.level=1.5", f"hydra.sweep.dir={tmp_path / 'tune'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "segperf.tune: error: tune.budget_minutes=0.0: must be > 0 minutes" in err
+    assert "segperf.tune: error: tune.level=1.5: must be between 0 and 1" in err
+    assert cli.sweep_problems(["pin=off,on", "workers=auto"]) == [
+        "pin=off,on: a tune starts from one configuration; give one value "
+        "(to compare several: python -m segperf.train -m pin=off,on)"
+    ]
+    assert not list((tmp_path / "tune").glob("*_*"))  # no probe ran
+
+
+@pytest.mark.slow
+def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_continues(
+    tmp_path, tiny_carvana, monkeypatch
+):
+    """A whole tune at a tiny size and budget (one preset: torch.compile's ~45 s would not fit);
+    then the same command again replays the journal instead of measuring."""
+    tiny = ["data.height=32", "data.width=48", "batch_size=2"]
+    quality = '["train_images=8","val_images=4","val_every_images=8","data.height=32","data.width=48"]'
+    args = [
+        f"data.root={tiny_carvana}",
+        *tiny,
+        "tune.budget_minutes=1",
+        "tune.probe.steps=2",
+        "tune.probe.min_time_limit_s=20",
+        'tune.presets=[["+opt=all","compile=off"]]',
+        f"tune.quality.runs.unet={quality}",
+        "hydra.sweep.dir=tune",
+    ]
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "SEGPERF_CACHE": str(tmp_path / "cache")}
+
+    def tune():
+        command = [sys.executable, "-m", "segperf.tune", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    done = tune()
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    preset = tmp_path / "cache" / "tune" / "opt" / "tuned.yaml"
+    assert lines[-1] == str(preset)
+    assert any("start:" in line and "images/s" in line for line in lines)  # a progress line per probe
+    folder = tmp_path / "tune"
+    assert (folder / "tuned.yaml").read_text() == preset.read_text()
+    record = json.loads((folder / "tune.json").read_text())
+    assert record["result"]["quality"]["probes"][0]["quality"] is not None  # the start's learning run
+    # the side-by-side's rows (its probes, when the budget paid for them; a tiny budget may not)
+    assert [row["name"] for row in record["final_table"]] == ["start", "+opt=all compile=off", "tuned"]
+    print(done.stdout)
+    assert "## Quality check" in (folder / "tune_report.md").read_text()
+    runs = sorted(folder.glob("*_*/results.json"))
+    assert runs and all(json.loads(p.read_text())["status"] == "completed" for p in runs)
+
+    again = tune()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "from the journal" in again.stdout
+    assert sorted(folder.glob("*_*/results.json")) == runs  # nothing measured twice
+
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["+opt=tuned"])
+    assert cfg.model.net.upsample in ("upconv", "deconv")
