@@ -11,7 +11,7 @@ from segperf.tune import space
 
 UNET = []  # the default workload: the U-Net on Carvana
 CNN = ["model=cnn", "data=mnist"]
-PIPELINE = {"upsample", "decode", "cache", "augment"}  # the U-Net's and Carvana's own axes
+PIPELINE = {"upsample", "decode", "cache"}  # the U-Net's and Carvana's own speed axes
 
 
 def composed(*overrides: str):
@@ -52,11 +52,12 @@ def test_a_plain_container_of_the_config_gives_the_same_axes(unet):
 
 def test_group_options_are_the_groups_files_and_the_start_composed_option_is_the_axis_start(unet):
     by_name = {axis.name: axis for axis in space.axes(*unet, cores=2)}
-    for group in ("cache", "decode", "precision", "compile", "upsample", "memory_format", "pin", "augment"):
+    for group in ("cache", "decode", "precision", "compile", "upsample", "memory_format", "pin"):
         files = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
         assert [o for (o,) in by_name[group].options] == [f"{group}={name}" for name in files]
     assert by_name["workers"].start == ("workers=off",) and by_name["precision"].start == ("precision=fp32",)
-    assert {a.name for a in by_name.values() if a.changes_learning} == {"precision", "upsample", "augment", "decode"}
+    assert {a.name for a in by_name.values() if a.changes_learning} == {"precision", "upsample", "decode"}
+    assert "augment" not in by_name  # a recipe choice, not a speed axis: never traded for speed
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3, 16])

@@ -4,7 +4,7 @@ An axis is a config group of conf/ (its options are the group's YAML files, so a
 file is tried without touching the tuner) plus, where the group stands for a number, a few
 values of that number (`data.num_workers`, `data.prefetch_factor`, `num_threads`; `batch_size`
 only when asked, since a batch size changes what is learned, not just how fast). Only the axes
-the workload has are listed: the U-Net's `upsample` and Carvana's `decode`/`cache`/`augment`
+the workload has are listed: the U-Net's `upsample` and Carvana's `decode`/`cache`
 exist only where the composed config has their keys (model=cnn data=mnist has none of them).
 
 Options are override strings, as a user would type them; a numeric value that one of the
@@ -45,12 +45,13 @@ SEARCH_ORDER = (
     "compile",
     "precision",
     "pin",
-    "augment",
 )
+# Not an axis: `augment` (a recipe choice, whether training sees flipped and jittered images; it
+# only costs time, and a start with augment=basic must not lose it to a faster augment=off).
 # Axes whose change changes what is learned, not only how fast: reduced precision (numerics), the
-# upsampling layer (another net), JPEG decoding at reduced scale (other pixels), augmentation and
-# the batch size (another optimization). The quality guard falls back by undoing these, in order.
-CHANGES_LEARNING = ("precision", "batch_size", "upsample", "augment", "decode")
+# upsampling layer (another net), JPEG decoding at reduced scale (other pixels) and the batch size
+# (another optimization). The quality guard falls back by undoing these, in order.
+CHANGES_LEARNING = ("precision", "batch_size", "upsample", "decode")
 # What each group option sets the numeric knob under it to on this machine (None: torch's default)
 GROUP_VALUES = {
     "workers": {"off": lambda cores: 0, "auto": lambda cores: cores},
