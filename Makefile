@@ -21,6 +21,8 @@ LADDER_DIR  ?= multirun/$(shell date +%Y-%m-%d)/ladder-$(shell date +%H-%M-%S)
 CPU_STUDY_ARGS    ?=
 CPU_STUDY_REPEATS ?= 0
 CPU_STUDY_DIR     ?= multirun/$(shell date +%Y-%m-%d)/cpu-study-$(shell date +%H-%M-%S)
+# overrides of `python -m segperf.tune` (training overrides and tune.*), e.g. TUNE_ARGS="data.height=128 data.width=192"
+TUNE_ARGS   ?=
 # the newest training sweep, unless SWEEP=multirun/<date>/<time> is given
 SWEEP       ?= $(lastword $(sort $(wildcard multirun/2*/*)))
 
@@ -38,7 +40,7 @@ GPU_SDISTS     := antlr4-python3-runtime==4.9.3
 GPU_WHEELS_MAX_MIB := 40
 GPU_PIP        := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m pip
 
-.PHONY: setup demo test test-fast lint tensorboard clean ladder report bench-data cpu-study gpu-wheels
+.PHONY: setup demo test test-fast lint tensorboard clean ladder report bench-data cpu-study tune gpu-wheels
 
 setup: $(STAMP)
 
@@ -66,6 +68,9 @@ cpu-study: setup  ## the CPU study: batch 64-512 x 0/2/4 workers on MNIST, then 
 	$(BIN)/python -m segperf.train -m model=cnn data=mnist size=mnist repeat=$(CPU_STUDY_REPEATS) \
 		batch_size=64,128,256,512 data.num_workers=0,2,4 hydra.sweep.dir=$(CPU_STUDY_DIR) $(CPU_STUDY_ARGS)
 	$(BIN)/python -m segperf.report $(CPU_STUDY_DIR)
+
+tune: setup  ## the fastest configuration for this machine (10 min): tuned.yaml for +opt=tuned, tune_report.md (TUNE_ARGS=...)
+	$(BIN)/python -m segperf.tune $(TUNE_ARGS)
 
 report: setup  ## report of the newest sweep (or SWEEP=...)
 	$(BIN)/python -m segperf.report $(SWEEP)
