@@ -268,7 +268,7 @@ def test_finish_writes_tuned_yaml_tune_json_and_the_report_and_prints_the_preset
     monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
     config = compose_tune(f"hydra.sweep.dir={tmp_path / 'tune'}")
     settings = compose_tune().tune
-    finish(fake_result(), config, ComposingLoader(), settings, ["data.height=128"], ["a note"])
+    finish(fake_result(), config, ComposingLoader(), settings, "python -m segperf.tune data.height=128", ["a note"])
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == str(tmp_path / "cache" / "tune" / "opt" / "tuned.yaml")
     tune = tmp_path / "tune"
@@ -296,6 +296,13 @@ def test_bad_tune_settings_and_sweeps_are_one_line_each_before_any_probe(tmp_pat
         "(to compare several: python -m segperf.train -m pin=off,on)"
     ]
     assert not list((tmp_path / "tune").glob("*_*"))  # no probe ran
+
+
+def test_the_command_to_continue_keeps_the_launcher_and_the_overrides():
+    config = compose_tune("hydra/launcher=slurm", "hydra.sweep.dir=multirun/t", "pin=on")
+    assert cli.command(config, ["pin=on", "data.root=/my data"]) == (
+        "python -m segperf.tune pin=on 'data.root=/my data' hydra/launcher=slurm"
+    )
 
 
 @pytest.mark.slow

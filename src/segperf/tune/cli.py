@@ -189,13 +189,20 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
         code = 130 if isinstance(stop, KeyboardInterrupt) else stop.code
         if code not in (130, 143):
             raise
-        again = shlex.join([*PROG.split(), *arguments, f"hydra.sweep.dir={sweep_dir}"])
+        again = f"{command(config, arguments)} {shlex.quote(f'hydra.sweep.dir={sweep_dir}')}"
         print(f"segperf.tune: interrupted; {len(journal)} probes kept in {journal.path}", file=sys.stderr)
         print(f"segperf.tune: continue with: {again}", file=sys.stderr)
         raise SystemExit(code) from None
     from segperf.tune.output import finish
 
-    return finish(result, config, loader, settings, arguments, notes)
+    return finish(result, config, loader, settings, command(config, arguments), notes)
+
+
+def command(config: DictConfig, arguments: list[str]) -> str:
+    """The command line of this tune as a user types it (its Hydra overrides too, such as
+    hydra/launcher=slurm; not the sweep folder's, which the caller adds where it is wanted)."""
+    hydra_args = [o for o in config.hydra.overrides.hydra if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))]
+    return shlex.join([*PROG.split(), *arguments, *hydra_args])
 
 
 def composable_presets(

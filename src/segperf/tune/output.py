@@ -112,10 +112,8 @@ def write_tune_json(tune_dir: Path, data: Mapping[str, Any]) -> Path:
     return write_json_atomic(Path(tune_dir) / "tune.json", dict(data))
 
 
-def finish(result: Any, config: Any, loader: Any, settings: Any, arguments: Sequence[str], notes: list[str]) -> Any:
+def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, notes: list[str]) -> Any:
     """tuned.yaml (tune folder and cache), tune.json and tune_report.md; the preset's path last."""
-    import shlex
-
     from omegaconf import OmegaConf
 
     from segperf.tune.report import final_table, ratio_cell, tuned_against_presets, write_report
@@ -136,7 +134,7 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, arguments: Sequ
     )
     local, cached = write_preset(tune_dir, text)
     record = {
-        "command": shlex.join(["python", "-m", "segperf.tune", *arguments]),
+        "command": command,
         "machine": facts,
         "tune_dir": str(tune_dir),
         "settings": OmegaConf.to_container(settings, resolve=True),
