@@ -113,16 +113,20 @@ class LoaderSchema:
 
 
 @dataclass
-class DataSchema(LoaderSchema):
+class ImageDataSchema(LoaderSchema):  # the image data sets': input size, split, the data pipeline
     height: int = MISSING
     width: int = MISSING
     holdout_frac: float = MISSING
     on_bad_sample: OnBadSample = MISSING  # type: ignore[valid-type]
-    # the data-pipeline axes: Carvana's own groups set them (data/carvana.yaml's defaults list)
+    # the data-pipeline axes: the data option's own groups set them (data/carvana.yaml's defaults list)
     decode: Decode = MISSING
     cache: Cache = MISSING
     augment: Augment = MISSING
     cold_cache: bool = MISSING
+
+
+@dataclass
+class DataSchema(ImageDataSchema):
     synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)
 
 
@@ -166,10 +170,14 @@ class MnistSchema(LoaderSchema):
 
 
 @dataclass
-class CnnNetSchema:
+class ClassifierNetSchema:  # ResNet-18's (model=resnet18); the CNN's adds its layers
     _target_: str = MISSING
     in_channels: int = MISSING
     num_classes: int = MISSING
+
+
+@dataclass
+class CnnNetSchema(ClassifierNetSchema):
     channels: list[int] = MISSING
     hidden: int = MISSING
     dropout: float = MISSING
@@ -182,6 +190,15 @@ class CnnSchema:
     lr: float = MISSING
     memory_format: MemoryFormat = MISSING
     compile: bool = MISSING
+
+
+@dataclass
+class ResNetSchema(CnnSchema):
+    net: ClassifierNetSchema = field(default_factory=ClassifierNetSchema)  # type: ignore[assignment]
+    mean: list[float] = MISSING  # per-channel normalization of the 0-1 pixels
+    std: list[float] = MISSING
+    scheduler: Any = None
+    top5: bool = MISSING  # top-5 accuracy too, where there are more than 5 classes
 
 
 @dataclass
@@ -283,13 +300,18 @@ class TrainSchema:
 def register_schema() -> None:
     """Make the schemas available to the defaults lists: `segperf_train_schema` (train.yaml),
     `data/carvana_schema` (data/carvana.yaml), `model/unet_schema` (model/unet.yaml), and the
-    MNIST/CNN workload's `data/mnist_schema` and `model/cnn_schema`. Idempotent."""
+    MNIST/CNN workload's `data/mnist_schema` and `model/cnn_schema`, and the image folder's
+    `model/resnet18_schema` and `data/imagefolder_schema` (segperf.data.imagefolder_schema). Idempotent."""
     store = ConfigStore.instance()
     store.store(name="segperf_train_schema", node=TrainSchema)
     store.store(group="data", name="carvana_schema", node=DataSchema)
     store.store(group="model", name="unet_schema", node=ModelSchema)
     store.store(group="data", name="mnist_schema", node=MnistSchema)
     store.store(group="model", name="cnn_schema", node=CnnSchema)
+    store.store(group="model", name="resnet18_schema", node=ResNetSchema)
+    from segperf.data.imagefolder_schema import register_imagefolder  # it builds on ImageDataSchema
+
+    register_imagefolder(store)
 
 
 class SettingsError(SegperfError, ValueError):
@@ -348,7 +370,7 @@ def problems_in(cfg: DictConfig) -> list[str]:
         problems.append(f"model.lr={model.lr}: must be > 0, e.g. 1e-4")
     if cfg.get("num_threads") is not None:
         _positive_int(problems, "num_threads", cfg.num_threads, " (or threads=one|half|all, or null: torch's default)")
-    if "builtin" in data:
+    if "train" in data.get("builtin", {}):  # MNIST's built-in digits
         for split in ("train", "test"):
             _positive_int(problems, f"data.builtin.{split}", data.builtin[split], " (images of the built-in digits)")
     if "dropout" in model.get("net", {}) and not 0.0 <= model.net.dropout < 1.0:

@@ -1,11 +1,17 @@
-"""The CPU study's CNN (`model=cnn`, with `data=mnist`) and its LightningModule.
+"""The CPU study's CNN (`model=cnn`, with `data=mnist`) and the classifiers' LightningModule.
 
 The seed's network: convolution -> batch norm -> ReLU -> max-pool blocks extract features,
 fully connected layers with dropout classify them into 10 digits. Small on purpose: on a CPU
 its step time is set by batch size, threads and the data loader, which is what the study varies.
+`ClassificationModule` trains it, and the third seed's ResNet-18 (segperf.model.resnet) on an
+image folder: grayscale digits [B, H, W] or RGB images [B, H, W, 3], each normalized with its
+own per-channel mean and std.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -19,6 +25,7 @@ from segperf.model.module import MemoryFormat, SegmentationModule
 
 SIDE = 28  # MNIST's image side
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the usual Normalize((0.1307,), (0.3081,)) of MNIST scripts
+TOP_K = 5  # top-5 accuracy, ImageNet's second number, where there are more classes than that
 
 
 class DigitCNN(nn.Module):
@@ -87,32 +94,61 @@ class DigitCNN(nn.Module):
 
 
 class ClassificationModule(ValidationHistory, L.LightningModule):
-    """Cross-entropy and Adam (lr 1e-3); validation accuracy with torchmetrics.
+    """Cross-entropy and Adam (lr 1e-3; `scheduler` a learning-rate schedule stepped every step,
+    see segperf.model.history.configure_adam); validation accuracy with torchmetrics, and with
+    `top5` top-5 accuracy too where there are more than TOP_K classes (with fewer it is 1 for any
+    net). model=resnet18 turns it on; the CNN leaves it off, so MNIST's record is as it was.
 
-    Batches arrive as `(image uint8 [B, 28, 28], label int64 [B])`; the float conversion and
-    MNIST's usual normalization happen on the device, in `on_after_batch_transfer`."""
+    Batches arrive as `(image uint8 [B, H, W] or [B, H, W, 3], label int64 [B])`; the float
+    conversion, the layout and the normalization by `mean` and `std` (per channel, in 0-1 units;
+    MNIST's usual 0.1307 / 0.3081 by default) happen on the device, in `on_after_batch_transfer`."""
 
-    # what train.py copies from the logged metrics into results.json's `quality`
-    quality_metrics = ("val/accuracy", "val/loss")
+    # what train.py copies from the logged metrics into results.json's `quality` (+ val/top5_accuracy)
+    quality_metrics: tuple[str, ...] = ("val/accuracy", "val/loss")
     # the U-Net module's eager fallback when torch.compile fails at its first call (shared, not copied)
     forward = SegmentationModule.forward
     _fall_back_to_eager = SegmentationModule._fall_back_to_eager
 
-    def __init__(self, net: DigitCNN, lr: float = 1e-3, memory_format: MemoryFormat = "nchw", compile: bool = False):
+    def __init__(
+        self,
+        net: nn.Module,
+        lr: float = 1e-3,
+        memory_format: MemoryFormat = "nchw",
+        compile: bool = False,
+        mean: Sequence[float] = (MNIST_MEAN,),
+        std: Sequence[float] = (MNIST_STD,),
+        scheduler: Callable[..., Any] | None = None,
+        top5: bool = False,
+    ):
         super().__init__()
-        self.save_hyperparameters(ignore=["net"], logger=False)
-        self.net, self.lr, self.memory_format = net, lr, memory_format
+        # not the scheduler: a functools.partial, and checkpoints hold plain data only
+        self.save_hyperparameters(ignore=["net", "scheduler"], logger=False)
+        self.net, self.lr, self.memory_format, self.scheduler = net, lr, memory_format, scheduler
+        # [1, C, 1, 1] in 0-255 units: the uint8 batch is normalized in one subtract and one divide
+        self.register_buffer("mean", torch.tensor([255.0 * m for m in mean]).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor([255.0 * s for s in std]).view(1, -1, 1, 1), persistent=False)
         if memory_format == "channels_last":
             self.net.to(memory_format=torch.channels_last)
         self.compile_fallback: str | None = None
         if compile:
             self.net.compile()  # in place: state_dict keys stay the plain net's
-        self.val_accuracy = MulticlassAccuracy(net.config["num_classes"], average="micro")
+        num_classes = net.config["num_classes"]
+        self.val_accuracy = MulticlassAccuracy(num_classes, average="micro")
+        top5 = top5 and num_classes > TOP_K
+        self.val_top5 = MulticlassAccuracy(num_classes, top_k=TOP_K, average="micro") if top5 else None
+        if self.val_top5 is not None:
+            self.quality_metrics = (*type(self).quality_metrics, "val/top5_accuracy")
         self.val_loss = MeanMetric()  # weighted by batch size
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         image, label = batch
-        image = image.unsqueeze(1).float().sub_(255.0 * MNIST_MEAN).div_(255.0 * MNIST_STD)  # [B, 1, 28, 28]
+        if image.ndim == 3:  # grayscale [B, H, W] -> [B, 1, H, W]
+            image = image.unsqueeze(1)
+        else:  # RGB [B, H, W, 3] -> [B, 3, H, W]: a free view whose strides are channels-last
+            image = image.permute(0, 3, 1, 2)
+            if self.memory_format == "nchw":
+                image = image.contiguous()  # the layout conversion memory_format=channels_last avoids
+        image = image.float().sub_(self.mean).div_(self.std)  # .float() keeps the strides
         if self.memory_format == "channels_last":
             image = image.contiguous(memory_format=torch.channels_last)
         return image, label.long()
@@ -127,18 +163,23 @@ class ClassificationModule(ValidationHistory, L.LightningModule):
         image, label = batch
         logits = self(image)
         self.val_accuracy.update(logits.argmax(dim=1), label)
+        if self.val_top5 is not None:
+            self.val_top5.update(logits, label)
         self.val_loss.update(F.cross_entropy(logits, label), weight=image.shape[0])
 
     def on_validation_epoch_end(self) -> None:
         metrics = {"val/accuracy": self.val_accuracy.compute(), "val/loss": self.val_loss.compute()}
+        if self.val_top5 is not None:
+            metrics["val/top5_accuracy"] = self.val_top5.compute()
         for name, value in metrics.items():
             self.log(name, value)
         self.remember_validation(metrics)  # quality.first_val_accuracy, quality.val_history
-        self.val_accuracy.reset()
-        self.val_loss.reset()
+        for metric in (self.val_accuracy, self.val_top5, self.val_loss):
+            if metric is not None:
+                metric.reset()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return configure_adam(self, self.lr, None)
+    def configure_optimizers(self) -> Any:
+        return configure_adam(self, self.lr, self.scheduler)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)  # the validation history

@@ -1,0 +1,127 @@
+"""The `cache` axis for image folders: each image decoded and transformed once, at the target size.
+
+As for Carvana (segperf.data.cache, whose SampleCache, DeviceBatches and size check this uses):
+`memory` fills one uint8 tensor of images [N, H, W, 3] in shared memory, up front, with the
+run's DataLoader workers, and every worker maps it; `device` keeps it on the accelerator and
+indexes batches out of it there (no DataLoader). The second tensor of a SampleCache holds the
+labels, int64 [N], where Carvana's holds masks. What is cached is each image's validation
+transform (resize to cover, centre crop); training crops and flips from it, on the host
+(`augment=basic`, albumentations in the loader) or on the device (DeviceCropFlip). A crop taken
+from the cached H x W image rather than from the full photo is a little softer: the price of
+decoding each image once. Carvana's cache (segperf.data.cache.fill_cache) is filled with masks
+of the image size, which a class label is not, so the filling is written here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from segperf.data.cache import SampleCache, check_fits
+from segperf.data.imagefolder_dataset import CROP_RATIO, CROP_SCALE, FLIP_P, ImageFolderDataset
+from segperf.data.imagefolder_layout import ImageSample
+
+_KEEP = 2  # caches kept across sweep jobs in one process: one job's train and val
+_caches: OrderedDict[str, SampleCache] = OrderedDict()
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def cache_key(root: Path, height: int, width: int, decode: str, samples: list[ImageSample]) -> str:
+    """A digest of everything the cached pixels depend on: the folder, the size, the decode mode
+    and each image's name, label, size and modification time (a changed file is never served)."""
+    files = []
+    for s in samples:
+        st = s.path.stat()
+        name = s.path.relative_to(root) if s.path.is_relative_to(root) else s.path
+        files.append([name.as_posix(), s.label, st.st_size, st.st_mtime_ns])
+    text = json.dumps(["imagefolder", str(Path(root).resolve()), height, width, decode, files])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fill(dataset: ImageFolderDataset, key: str, device: torch.device, num_workers: int, label: str) -> SampleCache:
+    """Every sample's validation transform, decoded once with `num_workers` DataLoader workers,
+    into new tensors on `device` (in shared memory on the CPU, for the workers to map)."""
+    n, (width, height) = len(dataset), dataset.size
+    images = torch.empty((n, height, width, 3), dtype=torch.uint8, device=device)
+    labels = torch.empty((n,), dtype=torch.int64, device=device)
+    if device.type == "cpu":
+        images.share_memory_()
+        labels.share_memory_()
+    t0, done, live = time.perf_counter(), 0, sys.stderr.isatty()
+    for image, target in DataLoader(dataset, batch_size=32, num_workers=num_workers):
+        images[done : done + len(image)].copy_(image, non_blocking=True)
+        labels[done : done + len(target)].copy_(target, non_blocking=True)
+        done += len(image)
+        if live:
+            print(f"\rsegperf: filling the {label} cache: {done:,}/{n:,} images", end="", file=sys.stderr, flush=True)
+    if live:
+        print(file=sys.stderr, flush=True)
+    cache = SampleCache(key, images, labels)
+    where = "shared host memory" if device.type == "cpu" else str(device)
+    print(
+        f"segperf: cached {n:,} {label} images in {where}: {_gb(cache.nbytes)} "
+        f"({cache.nbytes / max(n, 1) / 1e3:.1f} kB per image), filled in {time.perf_counter() - t0:.1f} s."
+    )
+    return cache
+
+
+def get_cache(mode: str, dataset: ImageFolderDataset, key: str, device: torch.device, num_workers: int, label: str):
+    """The cache for `key` on `device`: reused if this process still holds it (a sweep's next
+    job with the same data), else checked for room and filled."""
+    full_key = f"{key}@{device}" if mode == "device" else key
+    if full_key in _caches:
+        _caches.move_to_end(full_key)
+        print(f"segperf: reusing the {label} cache ({_gb(_caches[full_key].nbytes)}, same key {key}).")
+        return _caches[full_key]
+    width, height = dataset.size
+    check_fits(mode, len(dataset), height, width, device)  # counts 4 bytes a pixel: room to spare
+    while len(_caches) >= _KEEP:
+        _caches.popitem(last=False)
+    print(f"segperf: data.cache={mode}: decoding the {len(dataset):,} {label} images once ...", flush=True)
+    _caches[full_key] = fill(dataset, key, device if mode == "device" else torch.device("cpu"), num_workers, label)
+    return _caches[full_key]
+
+
+class DeviceCropFlip:
+    """`augment=basic` with `cache=device`: the random resized crop and flip of a whole batch
+    `(image uint8 [B, H, W, 3], label [B])` where it already is, with torch ops and no host sync.
+
+    Same distribution as the host's RandomResizedCrop + HorizontalFlip: each image draws an area
+    share from CROP_SCALE and a log-uniform aspect from CROP_RATIO (clipped to the image, where
+    albumentations retries), a position, and a flip; the crop is resampled bilinearly to H x W."""
+
+    def __init__(self, seed: int = 0, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device).manual_seed(int(seed) % 2**32)
+
+    def _uniform(self, n: int, low: float, high: float) -> torch.Tensor:
+        return torch.rand(n, generator=self.generator, device=self.device) * (high - low) + low
+
+    def __call__(self, image: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = image.shape[0]
+        area = self._uniform(b, *CROP_SCALE)
+        aspect = torch.exp(self._uniform(b, math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])))
+        # crop width and height as fractions of the image's (1 = all of it)
+        w = torch.sqrt(area * aspect).clamp(max=1.0)
+        h = torch.sqrt(area / aspect).clamp(max=1.0)
+        # centre in [-1, 1] coordinates, anywhere the crop still fits
+        cx, cy = (self._uniform(b, -1.0, 1.0) * (1 - w)), (self._uniform(b, -1.0, 1.0) * (1 - h))
+        flip = torch.where(torch.rand(b, generator=self.generator, device=self.device) < FLIP_P, -1.0, 1.0)
+        theta = torch.zeros(b, 2, 3, device=self.device)
+        theta[:, 0, 0], theta[:, 0, 2] = w * flip, cx  # output x -> input x (a negative scale flips)
+        theta[:, 1, 1], theta[:, 1, 2] = h, cy
+        x = image.permute(0, 3, 1, 2).float()
+        grid = torch.nn.functional.affine_grid(theta, list(x.shape), align_corners=False)
+        x = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous(), label
