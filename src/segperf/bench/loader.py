@@ -25,35 +25,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader
 
 from segperf.bench.schema import Settings
 from segperf.bench.table import REFERENCE, closing_lines, label, table
-from segperf.config import available_cores, segperf_cache_dir
-from segperf.data.augment import DeviceAugment, HostAugment, seed_worker
-from segperf.data.cache import DeviceBatches, SampleCache, bytes_per_sample, cache_key, fill_cache
+from segperf.bench.workloads import LAYOUTS, CarvanaLayout
+from segperf.config import available_cores
+from segperf.data.augment import seed_worker
+from segperf.data.cache import DeviceBatches, SampleCache
 from segperf.data.cold import PageCache, drop_page_cache, warm
-from segperf.data.dataset import CarvanaDataset
-from segperf.data.decode import decode_image
-from segperf.data.layout import Sample, find_samples
-from segperf.data.synthetic import ensure_synthetic
 
 
 # -- the loaders ------------------------------------------------------------------------------
-def naive_batches(samples: list[Sample], order: list[int], size: tuple[int, int], batch_size: int):
-    """The seed study's first loader: in the training process, sample after sample, the full
-    JPEG decoded by PIL and then resized; no workers, no prefetching, no cache."""
-    for start in range(0, len(order), batch_size):
-        images, masks = [], []
-        for i in order[start : start + batch_size]:
-            image = Image.open(samples[i].image).convert("RGB").resize(size, Image.BILINEAR)
-            mask = Image.open(samples[i].mask).resize(size, Image.NEAREST)
-            images.append(torch.from_numpy(np.array(image)))
-            masks.append(torch.from_numpy((np.array(mask) != 0).astype(np.uint8)))
-        yield torch.stack(images), torch.stack(masks)
-
-
 class BatchList:
     """A batch sampler whose batches are swapped between passes. It is read in the main
     process, so one DataLoader with persistent workers serves the warm-up and the timed passes."""
@@ -81,14 +64,15 @@ def drain(batches: Iterable) -> int:
 class Bench:
     """One benchmark run: its samples, order and settings, and the caches it filled (by decode)."""
 
-    def __init__(self, s: Settings, root: Path, samples: list[Sample]) -> None:
+    def __init__(self, s: Settings, root: Path, samples: list, layout=None) -> None:
         self.s = s
         self.root = root
         self.samples = samples
+        self.layout = layout or CarvanaLayout()  # what differs between data.format=carvana|imagefolder
         self.size = (s.width, s.height)  # PIL's order
         order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(s.seed)).tolist()
         self.order = (order * (s.images // len(order) + 1))[: s.images]
-        self.files = [p for sample in samples for p in (sample.image, sample.mask)]
+        self.files = self.layout.files(samples)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.caches: dict[str, SampleCache] = {}
         self.fill_seconds: dict[str, float] = {}
@@ -121,30 +105,27 @@ class Bench:
 
     def naive(self) -> None:
         a = self.s
-        drain(naive_batches(self.samples, self.order[: a.batch_size], self.size, a.batch_size))  # warm-up
+        naive = self.layout.naive_batches
+        drain(naive(self.samples, self.order[: a.batch_size], self.size, a.batch_size))  # warm-up
         row = self.settings(REFERENCE, "full", "off")
         row["note"] = "reference: the seed's first loader (1 process, sequential, full decode)"
-        self.timed(row, lambda: drain(naive_batches(self.samples, self.order, self.size, a.batch_size)))
+        self.timed(row, lambda: drain(naive(self.samples, self.order, self.size, a.batch_size)))
 
     def cache_for(self, decode: str) -> SampleCache:
         """The decoded samples for `decode`, filled once per run (the fill is not timed as loading)."""
         if decode not in self.caches:
             s = self.s
-            plain = CarvanaDataset(self.samples, s.height, s.width, decode)
-            key = cache_key(self.root, s.height, s.width, decode, self.samples)
             self.page_cache()  # a cold fill reads from disk
             t0 = time.perf_counter()
-            self.caches[decode] = fill_cache(plain, key, torch.device("cpu"), max(s.workers), "bench")
+            self.caches[decode] = self.layout.fill(self.samples, self.root, s, decode, max(s.workers))
             self.fill_seconds[decode] = time.perf_counter() - t0
         return self.caches[decode]
 
     def data_loader(self, decode: str, cache: str, workers: int, pin: bool) -> None:
         a = self.s
-        dataset = CarvanaDataset(self.samples, a.height, a.width, decode)
+        dataset = self.layout.dataset(self.samples, a, decode, augment=True)
         if cache == "memory":
             dataset.cache = self.cache_for(decode)
-        if a.augment == "basic":
-            dataset.augment = HostAugment(a.seed)
         batches = BatchList()
         loader = DataLoader(
             dataset,
@@ -164,7 +145,7 @@ class Bench:
     def device_cache(self, decode: str) -> None:
         host = self.cache_for(decode)
         cache = SampleCache(host.key, host.images.to(self.device), host.masks.to(self.device))
-        augment = DeviceAugment(self.s.seed, self.device) if self.s.augment == "basic" else None
+        augment = self.layout.device_augment(self.s, self.device) if self.s.augment == "basic" else None
         loader = DeviceBatches(cache, self.order, self.s.batch_size, augment)
         drain(loader)  # warm-up
         row = self.settings("device cache", decode, "device") | {"device": str(self.device)}
@@ -203,7 +184,7 @@ class Bench:
         row["note"] = "index_select of a batch out of the cache: the memory-copy rate the cached path can reach"
         self.timed(row, gather)
         row["page_cache"] = "n/a"
-        row["bytes_per_s"] = row["images_per_s"] * bytes_per_sample(self.s.height, self.s.width)
+        row["bytes_per_s"] = row["images_per_s"] * cache.nbytes / len(cache)
 
     def note(self, row: dict[str, Any]) -> str:
         """Why a row is as fast or as slow as it is, where a reader would ask."""
@@ -223,34 +204,27 @@ class Bench:
         return "; ".join(notes)
 
 
-def input_difference(samples: list[Sample], size: tuple[int, int], count: int = 16) -> dict[str, float]:
+def input_difference(samples: list, size: tuple[int, int], count: int = 16, layout=None) -> dict[str, float]:
     """How far `reduced` decode moves the inputs from `full` decode, in levels of 255."""
+    decoded = (layout or CarvanaLayout()).decoded
     diffs, maxima = [], []
     for sample in samples[:count]:
-        full = decode_image(sample.image, size, "full").astype(np.int16)
-        reduced = decode_image(sample.image, size, "reduced").astype(np.int16)
+        full = decoded(sample, size, "full").astype(np.int16)
+        reduced = decoded(sample, size, "reduced").astype(np.int16)
         diffs.append(np.abs(full - reduced).mean())
         maxima.append(np.abs(full - reduced).max())
     return {"images": len(diffs), "mean_abs_diff": float(np.mean(diffs)), "max_abs_diff": float(np.max(maxima))}
 
 
 # -- one run ------------------------------------------------------------------------------------
-def data_root(s: Settings) -> Path:
-    """`data.root`, or the built-in data set (made once, in segperf's cache folder by default)."""
-    if s.root is not None:
-        return s.root
-    synthetic = dict(s.synthetic)
-    cache_dir = synthetic.pop("cache_dir") or segperf_cache_dir()  # null: the default folder
-    return ensure_synthetic(cache_dir, **synthetic)
-
-
 def run(s: Settings, run_dir: Path) -> Path:
     """Measure the grid, print the table, write it as JSON (`out`, or loader.json in `run_dir`)
     and print that path as the last line; return it."""
-    root = data_root(s)
+    layout = LAYOUTS[s.format]
+    root = layout.root(s)  # data.root, or the built-in data set (made once, in segperf's cache folder)
     if s.num_threads is not None:
         torch.set_num_threads(s.num_threads)
-    bench = Bench(s, root, find_samples(root)[: s.images])
+    bench = Bench(s, root, layout.samples(root)[: s.images], layout)
     cuda = "CUDA" if torch.cuda.is_available() else "no CUDA"
     print(
         f"Loader benchmark: {len(bench.samples)} samples of {root}, {s.images} images per timed pass, "
@@ -261,14 +235,14 @@ def run(s: Settings, run_dir: Path) -> Path:
     if s.cold_cache:
         print(f"segperf.bench: before each timed pass: {bench.page_cache().message}")
     rows = bench.run()
-    quality = input_difference(bench.samples, bench.size) if "reduced" in s.decode else None
+    quality = input_difference(bench.samples, bench.size, layout=layout) if "reduced" in s.decode else None
     for row in rows:
         if quality and row["decode"] == "reduced":
             row["mean_abs_diff_vs_full"] = quality["mean_abs_diff"]
 
     print()
     print(table(rows))
-    for line in closing_lines(rows, quality, s.height, s.width):
+    for line in closing_lines(rows, quality, s.height, s.width, masks=s.format == "carvana"):
         print(line)
     out = s.out or run_dir / "loader.json"
     out.parent.mkdir(parents=True, exist_ok=True)

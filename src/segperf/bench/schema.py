@@ -18,6 +18,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from segperf.data.imagefolder_schema import BuiltinImagesSchema
 from segperf.errors import SegperfError
 from segperf.schema import Augment, Cache, Decode, SyntheticSchema
 
@@ -26,6 +27,7 @@ DECODES = tuple(Decode)
 CACHES = tuple(Cache)
 AUGMENTS = tuple(Augment)
 _PIN = {"on": True, "true": True, "off": False, "false": False}
+FORMATS = ("carvana", "imagefolder")  # the layouts of segperf.bench.workloads
 
 
 @dataclass
@@ -39,6 +41,8 @@ class BenchDataSchema:
     pin_memory: Any = MISSING
     augment: str = MISSING
     synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)  # the built-in data, as in training
+    format: str = MISSING
+    builtin: BuiltinImagesSchema = field(default_factory=BuiltinImagesSchema)  # data.format=imagefolder's
 
 
 @dataclass
@@ -90,6 +94,8 @@ class Settings:
     num_threads: int | None
     seed: int
     out: Path | None
+    format: str = "carvana"  # data.format: the layout (segperf.bench.workloads)
+    builtin: dict[str, Any] = field(default_factory=dict)  # the built-in image folder, for data.format=imagefolder
 
 
 class BenchSettingsError(SegperfError, ValueError):
@@ -134,6 +140,8 @@ def settings(cfg: DictConfig) -> Settings:
     pin = [_PIN.get(str(p).lower(), p) for p in _as_list(data.pin_memory)]
     if not pin or not all(isinstance(p, bool) for p in pin):
         problems.append(f"data.pin_memory={_hydra(_as_list(data.pin_memory))}: a list of true/false (or on/off)")
+    if data.format not in FORMATS:
+        problems.append(f"data.format={data.format!r}: use one of {', '.join(FORMATS)}")
     if data.augment not in AUGMENTS:
         problems.append(f"data.augment={data.augment!r}: use one of {', '.join(AUGMENTS)}")
     for key, value in (("data.height", data.height), ("data.width", data.width), ("images", cfg.images),
@@ -163,6 +171,8 @@ def settings(cfg: DictConfig) -> Settings:
         num_threads=cfg.num_threads,
         seed=cfg.seed,
         out=Path(cfg.out) if cfg.out else None,
+        format=data.format,
+        builtin=OmegaConf.to_container(data.builtin, resolve=True),
     )
 
 

@@ -39,8 +39,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(md_table(headers, cells, right={3, 6, 7}))
 
 
-def closing_lines(rows: list[dict[str, Any]], quality: dict[str, float] | None, height: int, width: int) -> list[str]:
-    """The lines under the table: the copy bound (when a cache was filled) and the decode difference."""
+def closing_lines(
+    rows: list[dict[str, Any]], quality: dict[str, float] | None, height: int, width: int, masks: bool = True
+) -> list[str]:
+    """The lines under the table: the copy bound (when a cache was filled) and the decode difference
+    (`masks`: the data has masks, decoded alike in both modes; an image folder has labels)."""
     lines = []
     bound = rows[-1]
     if bound["loader"] == "copy bound":
@@ -52,6 +55,6 @@ def closing_lines(rows: list[dict[str, Any]], quality: dict[str, float] | None, 
         lines.append(
             f"decode=reduced vs full at {height}x{width}: mean absolute pixel difference "
             f"{quality['mean_abs_diff']:.2f} of 255 (max {quality['max_abs_diff']:.0f}) over "
-            f"{quality['images']} images; masks are decoded the same way in both modes."
+            f"{quality['images']} images" + ("; masks are decoded the same way in both modes." if masks else ".")
         )
     return lines
