@@ -88,6 +88,10 @@ class Ledger:
         """A probe's expected wall time: the median of its own so far, else the reference's (an
         untried candidate costs about what the best does), else that of every probe of the kind."""
         walls = self._walls.get((kind, config)) or self._walls.get((kind, reference))
+        if walls and len(walls) > 1:
+            # a configuration's first probe pays its one-time costs (a cold torch.compile cache:
+            # ~2 min on 2 cores, then ~10 s), which its later probes do not: priced by those
+            walls = walls[1:]
         if not walls:
             walls = [w for (k, _), ws in self._walls.items() if k == kind for w in ws] or [0.0]
         return statistics.median(walls)

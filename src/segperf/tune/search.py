@@ -36,10 +36,14 @@ single scalar per trial and would rank two noisy trials of the same configuratio
 
 Budget: a comparison starts only when the remaining budget pays for it at its minimum plus the
 reserve for the quality and final stages, all priced by the median wall time of the probes of
-each configuration measured so far; each probe gets a time limit of `limit_factor` times the
-best's probe wall time (at least `limit_floor_s`; a quarter of the budget before anything was
-measured), so that a pathologically slow candidate (bf16 emulated on a CPU: ~50x) is cut, judged
-slower, and not measured again. Time spent is the journal's: a rerun continues the same budget.
+each configuration measured so far (its first probe left out once there are more: it pays the
+one-time costs); the presets' first `min_runs` rounds come before that reserve, since they decide
+what the tuned result is held to. Each probe gets a time limit of `limit_factor` times the best's
+probe wall time (at least `limit_floor_s`; a quarter of the budget before anything was measured),
+so that a pathologically slow candidate (bf16 emulated on a CPU: ~50x) is cut; a cut on a
+configuration's first run is run once more (a cold torch.compile cache costs minutes on 2 cores,
+a warm one seconds), a second cut is judged slower and not measured again. Time spent is the
+journal's: a rerun continues the same budget.
 """
 
 from __future__ import annotations
@@ -178,7 +182,7 @@ class Tuner:
             if round_ == 0:
                 start_probes += self._first_probe()
                 probes = self._speed(configs, open_, self.start)
-            elif not self._affords([self.start, *configs], self.start):
+            elif not self._affords([self.start, *configs], self.start, reserve=round_ >= self.min_runs):
                 self.stopped = True
                 break
             else:
@@ -321,6 +325,11 @@ class Tuner:
         versus = self._comparison(step.candidate_probes, step.against_probes)
         step.ratio, step.low, step.high = versus.ratio, versus.low, versus.high
         last = step.candidate_probes[-1]
+        if last.cut and len(step.candidate_probes) == 1 and runs < self.max_runs:
+            # its first run: a cut may be a one-time cost (torch.compile's cold cache takes minutes
+            # on 2 cores, a warm one seconds), so it runs once more before it is judged
+            step.verdict, step.note = SAME, f"cut at the time limit after {last.wall_s:.0f} s on its first run"
+            return False
         if last.cut:
             step.verdict = SLOWER
             step.note = f"cut at the time limit after {last.wall_s:.0f} s: judged slower, not measured again"
@@ -366,9 +375,13 @@ class Tuner:
     def _speed(self, configs: list[Config], labels: list[str], reference: Config) -> list[Probe]:
         return self.ledger.probe(SPEED, configs, labels, self.ledger.limit(SPEED, reference))
 
-    def _affords(self, configs: list[Config], best: Config) -> bool:
+    def _affords(self, configs: list[Config], best: Config, reserve: bool = True) -> bool:
         """Whether the budget left pays for probes of `configs` and still for the reserve: the final
-        stage's rounds (start, presets, this best) and the tuned configuration's learning run."""
+        stage's rounds (start, presets, this best) and the tuned configuration's learning run.
+        `reserve=False`: the presets' first `min_runs` rounds, which decide what the tuned result is
+        held to, come before the reserve (the final stage then runs what is left of it)."""
+        if not reserve:
+            return self.ledger.cost(SPEED, configs, best) <= self.ledger.left()
         reserve = self.ledger.cost(SPEED, [self.start, *self.presets.values(), best] * self.min_runs, best)
         if self.quality is not None:
             reserve += self.ledger.estimate(QUALITY, best, self.start)
