@@ -266,3 +266,16 @@ def test_cold_cache_drops_the_folders_images_from_the_page_cache_after_the_check
     monkeypatch.setattr(cold.os, "geteuid", lambda: 1000)  # these files' pages, not the whole machine's
     summary = datamodule(tiny_folder, "cold_cache=true").summary()
     assert (summary["page_cache"], summary["page_cache_method"]) == ("cold", "posix_fadvise")
+
+
+def test_resnet18_without_a_size_runs_the_image_folder_size_and_a_given_size_is_kept():
+    # size=demo's batches of 4 teach a ResNet-18 nothing: the default for it is size=imagefolder's run
+    default = compose_config("data=imagefolder", "model=resnet18")
+    imagefolder = compose_config("data=imagefolder", "model=resnet18", "size=imagefolder")
+    for key in ("train_images", "val_images", "batch_size", "val_every_images"):
+        assert default[key] == imagefolder[key]
+    assert (default.train_images, default.batch_size) == (6000, 32)
+    short = compose_config("data=imagefolder", "model=resnet18", "size=imagefolder_demo")
+    assert (short.train_images, short.batch_size) == (1920, 32)
+    unet = compose_config()  # the other workloads keep size=demo's run
+    assert (unet.train_images, unet.batch_size) == (320, 4)
