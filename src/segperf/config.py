@@ -93,7 +93,8 @@ def whole_batches(images: Any, batch_size: Any) -> Any:
 def register_resolvers() -> None:
     """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all),
     `${half_cores_per_rank:${trainer.devices}}` (threads=half), `${device_count:...}` and
-    `${segperf_cache_dir:}` (the built-in data's folder) in the configs. Idempotent."""
+    `${segperf_cache_dir:}` (the built-in data's folder) and `${imagefolder_classes:...}` in the
+    configs. Idempotent."""
     if not OmegaConf.has_resolver("cores_per_rank"):
         OmegaConf.register_new_resolver("cores_per_rank", cores_per_rank)
     if not OmegaConf.has_resolver("half_cores_per_rank"):
@@ -104,6 +105,18 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("device_count", device_count)
     if not OmegaConf.has_resolver("segperf_cache_dir"):  # `${segperf_cache_dir:}`: the built-in data's folder
         OmegaConf.register_new_resolver("segperf_cache_dir", lambda: str(segperf_cache_dir()))
+    if not OmegaConf.has_resolver("imagefolder_classes"):  # data.num_classes: the net's head from the folder
+        OmegaConf.register_new_resolver("imagefolder_classes", imagefolder_classes)
+
+
+def imagefolder_classes(root: str | None, builtin_classes: int) -> int:
+    """`${imagefolder_classes:${data.root},${data.builtin.classes}}`: the class folders of the
+    image folder, counted when the config resolves, so that the classifier's head is sized before
+    the net is built and nobody types how many classes their folder has. The data code is imported
+    here, when a config with it resolves, not when segperf is: the report imports no data code."""
+    from segperf.data.imagefolder_layout import count_classes
+
+    return count_classes(root, builtin_classes)
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:

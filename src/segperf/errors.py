@@ -178,6 +178,15 @@ def explain(error: BaseException) -> str:
     return text
 
 
+class SettingsError(SegperfError, ValueError):
+    """Settings that cannot run (segperf.schema.check_settings); the message has one line per
+    problem, each naming the setting."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
 def is_worker_error(error: BaseException) -> bool:
     """An error raised in a DataLoader worker, or a worker that died."""
     return bool(_WORKER_ERROR.search(str(error))) or _worker_death(error) is not None

@@ -24,7 +24,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from segperf.errors import SegperfError
+from segperf.errors import SettingsError  # raised by check_settings; imported from here too
 
 
 class Choice(StrEnum):
@@ -297,11 +297,28 @@ class TrainSchema:
     tune: TuneSchema | None = None
 
 
+@dataclass
+class BuiltinImagesSchema:
+    cache_dir: str = MISSING
+    classes: int = MISSING
+    per_class: int = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class ImageFolderSchema(ImageDataSchema):
+    """`data=imagefolder`; `num_classes` is `${imagefolder_classes:...}` (segperf.config)."""
+
+    split_seed: int = MISSING  # the split's own seed: runs of other seeds validate on the same images
+    num_classes: int = MISSING
+    builtin: BuiltinImagesSchema = field(default_factory=BuiltinImagesSchema)
+
+
 def register_schema() -> None:
     """Make the schemas available to the defaults lists: `segperf_train_schema` (train.yaml),
     `data/carvana_schema` (data/carvana.yaml), `model/unet_schema` (model/unet.yaml), and the
     MNIST/CNN workload's `data/mnist_schema` and `model/cnn_schema`, and the image folder's
-    `model/resnet18_schema` and `data/imagefolder_schema` (segperf.data.imagefolder_schema). Idempotent."""
+    `model/resnet18_schema` and `data/imagefolder_schema`. Idempotent."""
     store = ConfigStore.instance()
     store.store(name="segperf_train_schema", node=TrainSchema)
     store.store(group="data", name="carvana_schema", node=DataSchema)
@@ -309,17 +326,7 @@ def register_schema() -> None:
     store.store(group="data", name="mnist_schema", node=MnistSchema)
     store.store(group="model", name="cnn_schema", node=CnnSchema)
     store.store(group="model", name="resnet18_schema", node=ResNetSchema)
-    from segperf.data.imagefolder_schema import register_imagefolder  # it builds on ImageDataSchema
-
-    register_imagefolder(store)
-
-
-class SettingsError(SegperfError, ValueError):
-    """Settings that cannot run; the message has one line per problem, each naming the setting."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
+    store.store(group="data", name="imagefolder_schema", node=ImageFolderSchema)
 
 
 def _positive_int(problems: list[str], name: str, value: Any, hint: str = "") -> None:

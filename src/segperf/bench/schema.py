@@ -18,9 +18,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from segperf.data.imagefolder_schema import BuiltinImagesSchema
 from segperf.errors import SegperfError
-from segperf.schema import Augment, Cache, Decode, SyntheticSchema
+from segperf.schema import Augment, BuiltinImagesSchema, Cache, Decode, SyntheticSchema
 
 # the training schema's choices (each a list here: the bench runs a grid of them)
 DECODES = tuple(Decode)
