@@ -101,7 +101,8 @@ class ImageFolderLayout:
 
     def fill(self, samples: list, root: Path, s: Settings, decode: str, workers: int) -> SampleCache:
         key = imagefolder_cache.cache_key(root, s.height, s.width, decode, samples)
-        return imagefolder_cache.fill(self.dataset(samples, s, decode), key, torch.device("cpu"), workers, "bench")
+        dataset = self.dataset(samples, s, decode)
+        return fill_cache(dataset, key, torch.device("cpu"), workers, "bench", target=imagefolder_cache.LABEL)
 
     def device_augment(self, s: Settings, device: torch.device):
         return imagefolder_cache.DeviceCropFlip(s.seed, device)

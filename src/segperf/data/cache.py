@@ -65,7 +65,7 @@ def cache_key(root: str | Path, height: int, width: int, decode: str, samples: l
 class SampleCache:
     key: str
     images: torch.Tensor  # uint8 [N, H, W, 3]
-    masks: torch.Tensor  # uint8 [N, H, W]
+    masks: torch.Tensor  # the targets: Carvana's masks uint8 [N, H, W], an image folder's labels int64 [N]
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -110,50 +110,76 @@ def check_fits(mode: str, n: int, height: int, width: int, device: torch.device)
         )
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a cache's second tensor holds for each sample, beside its uint8 image [H, W, 3]:
+    `shape` is one sample's (None: the image's height and width), `dtype` its type. Carvana's
+    masks are MASK; an image folder's class labels are `Target((), torch.int64)`."""
+
+    shape: tuple[int, ...] | None
+    dtype: torch.dtype
+
+
+MASK = Target(None, torch.uint8)
+
+
 def fill_cache(
-    dataset: Dataset, key: str, device: torch.device, num_workers: int, label: str, shared: bool = True
+    dataset: Dataset,
+    key: str,
+    device: torch.device,
+    num_workers: int,
+    label: str,
+    shared: bool = True,
+    target: Target = MASK,
 ) -> SampleCache:
-    """Decode every sample of `dataset` (a CarvanaDataset) once, with `num_workers` DataLoader
-    workers, into new tensors on `device` (in shared memory when `shared` and on the CPU)."""
+    """Decode every sample of `dataset` (pairs of image uint8 [H, W, 3] and `target`) once, with
+    `num_workers` DataLoader workers, into new tensors on `device` (in shared memory when
+    `shared` and on the CPU, for worker processes to map rather than copy)."""
     n, (width, height) = len(dataset), dataset.size
     images = torch.empty((n, height, width, 3), dtype=torch.uint8, device=device)
-    masks = torch.empty((n, height, width), dtype=torch.uint8, device=device)
+    per_sample = target.shape if target.shape is not None else (height, width)
+    targets = torch.empty((n, *per_sample), dtype=target.dtype, device=device)
     shared = shared and device.type == "cpu"
     if shared:
         # worker processes, forked or spawned, map these pages instead of copying them
         images.share_memory_()
-        masks.share_memory_()
+        targets.share_memory_()
     t0, done, live = time.perf_counter(), 0, sys.stderr.isatty()
-    for image, mask in DataLoader(dataset, batch_size=16, num_workers=num_workers):
+    for image, truth in DataLoader(dataset, batch_size=16, num_workers=num_workers):
         images[done : done + len(image)].copy_(image, non_blocking=True)
-        masks[done : done + len(mask)].copy_(mask, non_blocking=True)
+        targets[done : done + len(truth)].copy_(truth, non_blocking=True)
         done += len(image)
         if live:
             print(f"\rsegperf: filling the {label} cache: {done:,}/{n:,} samples", end="", file=sys.stderr, flush=True)
     if live:
         print(file=sys.stderr, flush=True)
-    cache = SampleCache(key, images, masks)
+    cache = SampleCache(key, images, targets)
     where = "shared host memory" if shared else str(device)
     print(
         f"segperf: cached {n:,} {label} samples in {where}: {_gb(cache.nbytes)} "
-        f"({cache.nbytes / n / 1e6:.2f} MB per sample), filled in {time.perf_counter() - t0:.1f} s."
+        f"({cache.nbytes / max(n, 1) / 1e6:.2f} MB per sample), filled in {time.perf_counter() - t0:.1f} s."
     )
     return cache
 
 
-def get_cache(mode: str, dataset: Dataset, key: str, device: torch.device, num_workers: int, label: str) -> SampleCache:
-    """The cache for `key` on `device`: reused if this process still holds it, else filled."""
-    full_key = f"{key}@{device}" if mode == "device" else key
+def get_cache(
+    mode: str, dataset: Dataset, key: str, device: torch.device, num_workers: int, label: str, target: Target = MASK
+) -> SampleCache:
+    """The cache for `key`: on `device` for mode `device`, in shared host memory for `memory`;
+    reused if this process still holds it (a sweep's next job with the same data), else checked
+    for room and filled."""
+    where = device if mode == "device" else torch.device("cpu")
+    full_key = f"{key}@{where}" if mode == "device" else key
     if full_key in _caches:
         _caches.move_to_end(full_key)
         print(f"segperf: reusing the {label} cache ({_gb(_caches[full_key].nbytes)}, same key {key}).")
         return _caches[full_key]
     width, height = dataset.size
-    check_fits(mode, len(dataset), height, width, device)
+    check_fits(mode, len(dataset), height, width, where)  # counts 4 bytes a pixel: labels fit in that
     while len(_caches) >= _KEEP:  # drop the oldest before allocating, not after
         _caches.popitem(last=False)
     print(f"segperf: data.cache={mode}: decoding the {len(dataset):,} {label} samples once ...", flush=True)
-    _caches[full_key] = fill_cache(dataset, key, device, num_workers, label, shared=mode == "memory")
+    _caches[full_key] = fill_cache(dataset, key, where, num_workers, label, shared=mode == "memory", target=target)
     return _caches[full_key]
 
 

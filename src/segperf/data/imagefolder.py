@@ -23,10 +23,10 @@ from torch.utils.data import SequentialSampler, Subset
 from segperf.config import available_cores, segperf_cache_dir
 from segperf.data.augment import seed_worker
 from segperf.data.base import RunDataModule, evenly_spaced
-from segperf.data.cache import DeviceBatches
+from segperf.data.cache import DeviceBatches, get_cache
 from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.imagefolder_builtin import ensure_builtin
-from segperf.data.imagefolder_cache import DeviceCropFlip, cache_key, get_cache
+from segperf.data.imagefolder_cache import LABEL, DeviceCropFlip, cache_key
 from segperf.data.imagefolder_checks import apply_policy, check_folder
 from segperf.data.imagefolder_dataset import ImageFolderDataset
 from segperf.data.imagefolder_layout import ClassSplit, FolderLayout, scan_folder, stratified_split
@@ -168,7 +168,7 @@ class ImageFolderDataModule(RunDataModule):
     def _cache(self, mode: str, samples, label: str, device: torch.device):
         plain = ImageFolderDataset(samples, self.height, self.width, self.decode)  # validation transform
         key = cache_key(self.resolved_root, self.height, self.width, self.decode, samples)
-        return get_cache(mode, plain, key, device, self.num_workers, label)
+        return get_cache(mode, plain, key, device, self.num_workers, label, target=LABEL)
 
     def _device_batches(self, samples, label: str, sampler, train: bool = False) -> DeviceBatches:
         """cache=device: the split transformed once onto the device, batches indexed out of it there."""

@@ -1,6 +1,6 @@
 """The `cache` axis for image folders: each image decoded and transformed once, at the target size.
 
-As for Carvana (segperf.data.cache, whose SampleCache, DeviceBatches and size check this uses):
+As for Carvana (segperf.data.cache, whose caches, DeviceBatches and size check serve both):
 `memory` fills one uint8 tensor of images [N, H, W, 3] in shared memory, up front, with the
 run's DataLoader workers, and every worker maps it; `device` keeps it on the accelerator and
 indexes batches out of it there (no DataLoader). The second tensor of a SampleCache holds the
@@ -8,8 +8,8 @@ labels, int64 [N], where Carvana's holds masks. What is cached is each image's v
 transform (resize to cover, centre crop); training crops and flips from it, on the host
 (`augment=basic`, albumentations in the loader) or on the device (DeviceCropFlip). A crop taken
 from the cached H x W image rather than from the full photo is a little softer: the price of
-decoding each image once. Carvana's cache (segperf.data.cache.fill_cache) is filled with masks
-of the image size, which a class label is not, so the filling is written here.
+decoding each image once. Filling and finding a cache is Carvana's (segperf.data.cache.get_cache),
+told that the target is a LABEL, not a mask.
 """
 
 from __future__ import annotations
@@ -17,24 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
-import time
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 
-from segperf.data.cache import SampleCache, check_fits
-from segperf.data.imagefolder_dataset import CROP_RATIO, CROP_SCALE, FLIP_P, ImageFolderDataset
+from segperf.data.cache import Target
+from segperf.data.imagefolder_dataset import CROP_RATIO, CROP_SCALE, FLIP_P
 from segperf.data.imagefolder_layout import ImageSample
-
-_KEEP = 2  # caches kept across sweep jobs in one process: one job's train and val
-_caches: OrderedDict[str, SampleCache] = OrderedDict()
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def cache_key(root: Path, height: int, width: int, decode: str, samples: list[ImageSample]) -> str:
@@ -49,48 +38,8 @@ def cache_key(root: Path, height: int, width: int, decode: str, samples: list[Im
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def fill(dataset: ImageFolderDataset, key: str, device: torch.device, num_workers: int, label: str) -> SampleCache:
-    """Every sample's validation transform, decoded once with `num_workers` DataLoader workers,
-    into new tensors on `device` (in shared memory on the CPU, for the workers to map)."""
-    n, (width, height) = len(dataset), dataset.size
-    images = torch.empty((n, height, width, 3), dtype=torch.uint8, device=device)
-    labels = torch.empty((n,), dtype=torch.int64, device=device)
-    if device.type == "cpu":
-        images.share_memory_()
-        labels.share_memory_()
-    t0, done, live = time.perf_counter(), 0, sys.stderr.isatty()
-    for image, target in DataLoader(dataset, batch_size=32, num_workers=num_workers):
-        images[done : done + len(image)].copy_(image, non_blocking=True)
-        labels[done : done + len(target)].copy_(target, non_blocking=True)
-        done += len(image)
-        if live:
-            print(f"\rsegperf: filling the {label} cache: {done:,}/{n:,} images", end="", file=sys.stderr, flush=True)
-    if live:
-        print(file=sys.stderr, flush=True)
-    cache = SampleCache(key, images, labels)
-    where = "shared host memory" if device.type == "cpu" else str(device)
-    print(
-        f"segperf: cached {n:,} {label} images in {where}: {_gb(cache.nbytes)} "
-        f"({cache.nbytes / max(n, 1) / 1e3:.1f} kB per image), filled in {time.perf_counter() - t0:.1f} s."
-    )
-    return cache
-
-
-def get_cache(mode: str, dataset: ImageFolderDataset, key: str, device: torch.device, num_workers: int, label: str):
-    """The cache for `key` on `device`: reused if this process still holds it (a sweep's next
-    job with the same data), else checked for room and filled."""
-    full_key = f"{key}@{device}" if mode == "device" else key
-    if full_key in _caches:
-        _caches.move_to_end(full_key)
-        print(f"segperf: reusing the {label} cache ({_gb(_caches[full_key].nbytes)}, same key {key}).")
-        return _caches[full_key]
-    width, height = dataset.size
-    check_fits(mode, len(dataset), height, width, device)  # counts 4 bytes a pixel: room to spare
-    while len(_caches) >= _KEEP:
-        _caches.popitem(last=False)
-    print(f"segperf: data.cache={mode}: decoding the {len(dataset):,} {label} images once ...", flush=True)
-    _caches[full_key] = fill(dataset, key, device if mode == "device" else torch.device("cpu"), num_workers, label)
-    return _caches[full_key]
+# what an image folder's cache holds beside each image: its class label
+LABEL = Target((), torch.int64)
 
 
 class DeviceCropFlip:
