@@ -2,9 +2,12 @@
 was, so that a slow run on a busy machine (or a sweep's first job) is not read as a slow setting."""
 
 import os
+import subprocess
+import sys
+import time
 
 from segperf.perf import machine_load
-from segperf.perf.machine_load import cpu_mhz, format_load, load_at_end, load_at_start
+from segperf.perf.machine_load import cpu_clock, cpu_mhz, format_load, load_at_end, load_at_start, others_since
 from segperf.perf.summary import format_run_summary
 from segperf.training.record import RunRecord
 from tests.conftest import compose_config
@@ -28,14 +31,47 @@ def test_load_is_recorded_at_start_and_end_with_the_cores_it_is_read_against(mon
     readings = iter([(0.5, 0.4, 0.3), (2.25, 1.0, 0.5)])
     monkeypatch.setattr(os, "getloadavg", lambda: next(readings))
     monkeypatch.setattr(machine_load, "cpu_mhz", lambda: 2400.0)
-    section = load_at_end(load_at_start())
+    monkeypatch.setattr(machine_load, "others_since", lambda start: {"others_cores": 0.01, "steal_cores": 0.0})
+    section = load_at_end(*load_at_start())
     assert section["loadavg_start"] == [0.5, 0.4, 0.3] and section["loadavg_end"] == [2.25, 1.0, 0.5]
     assert section["cpu_mhz_start"] == section["cpu_mhz_end"] == 2400.0
     assert section["cores"] == len(os.sched_getaffinity(0))
-    assert (
-        format_load(section)
-        == f"1-min load 0.50 at start, 2.25 at end ({section['cores']} cores); CPU 2,400 -> 2,400 MHz"
+    assert format_load(section) == (
+        f"1-min load 0.50 at start, 2.25 at end ({section['cores']} cores); other processes 0.01 cores during the "
+        "run; CPU 2,400 -> 2,400 MHz"
     )
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_other_processes_cpu_during_the_run_is_measured_and_this_process_trees_own_is_not():
+    start = cpu_clock()
+    _spin(0.6)  # this process
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass"]
+    )
+    child.wait()  # a reaped child (a DataLoader worker that finished): ours too
+    own = others_since(start)
+    assert own["window_s"] >= 1.0 and own["others_cores"] < 0.3
+    # a process outside the tree (its parent exits at once, so it is not our descendant): another's
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+            "'import time\\nend = time.monotonic() + 1.5\\nwhile time.monotonic() < end: pass'])",
+        ],
+        check=True,
+    )
+    start = cpu_clock()
+    time.sleep(1.0)
+    other = others_since(start)
+    assert other["others_cores"] > 0.6, other  # about one core, less whatever the 2 cores shared out
+    assert others_since(None) == {"others_cores": None, "steal_cores": None, "window_s": None}
 
 
 def test_no_load_average_reads_as_none_not_a_failure(monkeypatch):
@@ -43,8 +79,11 @@ def test_no_load_average_reads_as_none_not_a_failure(monkeypatch):
         raise OSError("load average unobtainable")
 
     monkeypatch.setattr(os, "getloadavg", unavailable)
-    assert load_at_start()["loadavg_start"] is None
-    assert format_load(load_at_start()).startswith("1-min load n/a at start")
+    monkeypatch.setattr(machine_load, "cpu_clock", lambda: None)  # psutil could not read /proc/stat either
+    section, start = load_at_start()
+    assert section["loadavg_start"] is None and start is None
+    assert load_at_end(section, start)["others_cores"] is None
+    assert format_load(section).startswith(f"1-min load n/a at start, n/a at end ({section['cores']} cores)")
 
 
 def test_summary_header_shows_the_load_under_the_machine():

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import psutil
 import torch
 
 from segperf.config import available_cores, segperf_cache_dir
 from segperf.perf.flops import PRECISION_DTYPES
 from segperf.perf.machine import cpu_model
+from segperf.perf.machine_load import CpuClock, cpu_clock, others_since
 from segperf.perf.results import write_json_atomic
 
 CACHE_FILE = "peak_flops.json"
@@ -136,7 +135,7 @@ def matmul_peak(
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(TORCH_DEFAULT_THREADS)
-    before = _cpu_seconds() if device.type == "cpu" else None
+    before = cpu_clock() if device.type == "cpu" else None
     try:
         n = smallest
         while True:
@@ -173,21 +172,7 @@ def _timed(a: torch.Tensor, b: torch.Tensor, times: int, clock: Callable[[], flo
     return max(clock() - start, 1e-9)
 
 
-def _cpu_seconds() -> tuple[float, float, float]:
-    """(wall clock, busy seconds of the CPUs this process may run on, CPU seconds of this process).
-    Only the CPUs of its affinity mask: in a container on a larger host, the others' load is not ours."""
-    per_cpu = psutil.cpu_times(percpu=True)
-    mine = (
-        [per_cpu[i] for i in sorted(os.sched_getaffinity(0)) if i < len(per_cpu)]
-        if hasattr(os, "sched_getaffinity")
-        else per_cpu
-    )
-    busy = sum(sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in mine)
-    own = psutil.Process().cpu_times()
-    return time.monotonic(), busy, own.user + own.system
-
-
-def _others_busy(before: tuple[float, float, float]) -> float:
-    """Cores other processes kept busy since `before` (the machine's busy time less this process's)."""
-    wall, busy, own = (b - a for a, b in zip(before, _cpu_seconds(), strict=True))
-    return round(max(0.0, busy - own) / wall, 2) if wall > 0 else 0.0
+def _others_busy(before: CpuClock | None) -> float | None:
+    """Cores other processes kept busy since `before`, VM steal included (both took CPU the probe wanted)."""
+    load = others_since(before)
+    return None if load["others_cores"] is None else round(load["others_cores"] + load["steal_cores"], 2)

@@ -48,7 +48,8 @@ class RunRecord:
         self.results["config"] = plain_config(cfg)
         self.results["axes"] = axis_settings(self.results["config"])
         self.results["process_job"] = next(_RUNS_IN_PROCESS)
-        self.results["machine_load"] = load_at_start()  # a busy machine at the start: the report flags it
+        # how busy the machine was around the run (others' CPU during it): the report flags a busy one
+        self.results["machine_load"], self._cpu_start = load_at_start()
         self.measurement = self.datamodule = self.module = self.trainer = None
         self.callbacks: list[L.Callback] = []
         self.ckpt_path: Path | None = None
@@ -87,7 +88,7 @@ class RunRecord:
 
     def __exit__(self, kind, error, traceback) -> bool:
         results = self.results
-        load_at_end(results["machine_load"])  # before the bookkeeping below adds its own load
+        load_at_end(results["machine_load"], self._cpu_start)  # before the bookkeeping below adds its own load
         if self._job is None:  # stopped before any work (a bad setting, a missing checkpoint)
             if error is not None:
                 record_failure(results, error)
