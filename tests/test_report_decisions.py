@@ -255,3 +255,40 @@ def test_repeated_pin_runs_on_a_busy_cpu_get_no_speedup_and_one_busy_warning(tmp
         "average 4.20 on 2 usable cores, about 4.2 of it from other processes (over 1.5: half the cores + 0.5). "
         "Their timings may be low: re-run them on a quiet machine."
     ]
+
+
+def _measured_load(others: float, one_minute: float = 1.9, steal: float = 0.0) -> dict:
+    """machine_load as a run records it now: others' cores measured during the run beside the load average."""
+    load = {"loadavg_start": [one_minute, 1.0, 0.5], "loadavg_end": [1.9, 1.0, 0.5], "cores": 2}
+    return {"machine_load": load | {"others_cores": others, "steal_cores": steal, "cpu_mhz_start": None}}
+
+
+def test_busy_is_judged_by_what_other_processes_used_during_the_run_not_by_the_lagging_load_average(tmp_path):
+    jobs = {
+        # the 1-minute load average still holds the previous job's DataLoader workers: no one else ran
+        "0_+repeat=0": run(2.0, process_job=0, **_measured_load(0.02, one_minute=3.9)),
+        "1_+repeat=1": run(1.6, process_job=1, **_measured_load(0.85, one_minute=0.2)),  # a neighbour started
+        "2_+repeat=2": run(1.8, process_job=2, **_measured_load(0.1, steal=0.3)),  # the hypervisor took 0.3 cores
+    }
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    assert [r["busy"] for r in data["configurations"][0]["run_details"]] == [False, True, True]
+    assert "job 0" not in text.split("## Warnings", 1)[1].split("##", 1)[0]
+    assert (
+        "- jobs 1 (`run`), 2 (`run`) ran on a busy machine: other processes kept 0.40–0.85 of their 2 usable cores "
+        "busy during them (over 0.20)."
+    ) in text
+
+
+def test_quality_is_not_judged_from_repeats_of_one_seed_which_train_alike(tmp_path):
+    jobs, i = {}, 0
+    for repeat in range(3):  # +repeat=0,1,2 of seed 0: each side's Dice identical across its repeats
+        for upsample, dice in (("upconv", 0.973), ("deconv", 0.956)):
+            quality = {"val_pixel_accuracy": 0.98, "val_dice": dice}
+            jobs[f"{i}_+repeat={repeat},upsample={upsample}"] = run(
+                2.0 if upsample == "upconv" else 2.4, quality=quality
+            )
+            i += 1
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
+    assert by_label(data)["upsample=deconv"]["quality"]["lower_than_baseline"] is None
+    assert table_rows(text, "## Training")["upsample=deconv"][9] == "0.956 [0.956–0.956]"
+    assert "cost quality" not in text and "judged with two seeds or more a side, `seed=0,1,2`" in text

@@ -2,23 +2,23 @@
 what it seems to.
 
 - **Not applied**: a requested setting the machine adjusted away (results.json `adjusted`).
-- **Busy machine**: a run that started while other processes kept the CPU busy. A run records
-  the load average at its start (`machine_load.loadavg_start`, 1/5/15 min) and its usable cores.
-  The 1-minute load still holds this sweep's previous job when the run is not its process's
-  first (`process_job` > 0): that job's CPU use (`resources.cpu_mean_percent`, in cores), damped
-  as the kernel damps it (1 - e^(-wall/60 s)), is taken off first. What is left counts as other
-  processes; over BUSY_SHARE of the cores + BUSY_MARGIN, they took a share of the CPU the run
-  wanted (a job that uses every core loses up to that share), while an idle machine's daemons stay
-  well under it, and the margin keeps a 1- or 2-core machine from being flagged for one short-lived
-  process.
+- **Busy machine**: a run that shared the CPU with other processes. A run records the cores
+  other processes kept busy during it (`machine_load.others_cores`, /proc/stat less its own
+  process tree, and `steal_cores`, a VM's hypervisor running someone else): over BUSY_RUN_SHARE
+  of its usable cores (at least BUSY_RUN_FLOOR cores), it lost CPU it wanted. An idle machine's
+  daemons use about 0.01 cores. Records from before that measurement have only the load average at
+  the start (`loadavg_start`), which lags by a minute and still holds this sweep's previous job
+  when the run is not its process's first (`process_job` > 0): that job's CPU use
+  (`resources.cpu_mean_percent`, in cores), damped as the kernel damps it (1 - e^(-wall/60 s)),
+  is taken off first, and what is left over BUSY_SHARE of the cores + BUSY_MARGIN counts as busy.
 - **First job of a process**: it pays one-time costs (file caches, library loading, allocator
   warm-up). Flagged when its images/s is more than OUTLIER_Z robust standard deviations
   (1.4826·MAD, at least OUTLIER_FLOOR of the median: two or three repeats cannot estimate a
   spread) from the median of its configuration's other completed runs (hyperfine's "first run
   much slower" check, on a modified z-score).
 - **Quality fell**: a configuration whose quality (Dice, or accuracy for the classifier) is lower
-  than the baseline's beyond the spread of their repeats, by the speed-ups' rule (Welch, LEVEL,
-  here on the values themselves), and by at least QUALITY_FLOOR.
+  than the baseline's beyond the spread across seeds (two or more seeds a side), by the speed-ups'
+  rule (Welch, LEVEL, here on the values themselves), and by at least QUALITY_FLOOR.
 
 Older results.json files without these records load as before: nothing is flagged from them.
 """
@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from segperf.perf.formatting import fmt_num
-from segperf.report.stats import LEVEL, present_numbers, welch
+from segperf.report.stats import LEVEL, MIN_RUNS, present_numbers, welch
 from segperf.report.sweep import Configuration, Run, Sweep
 
-BUSY_SHARE, BUSY_MARGIN = 0.5, 0.5
+BUSY_RUN_SHARE, BUSY_RUN_FLOOR = 0.1, 0.2  # measured during the run
+BUSY_SHARE, BUSY_MARGIN = 0.5, 0.5  # estimated from the load average at the start (older records)
 OUTLIER_Z, OUTLIER_FLOOR = 3.5, 0.03
 QUALITY_FLOOR = 0.005
 LOAD_TIME_CONSTANT_S = 60.0  # the kernel's 1-minute load average
@@ -71,13 +72,30 @@ def _cores(run: Run) -> float | None:
 
 
 def run_load(run: Run, previous: Run | None) -> dict[str, Any] | None:
-    """The machine load `run` started on: the 1-minute load average, the part of it estimated to be
-    other processes', the threshold and whether it was over it; None when the run recorded none.
-    `previous`: the job this sweep ran just before it, in the same process (its load carries over)."""
+    """How busy the machine was around `run`: the cores other processes used (`others`), the
+    threshold and whether it was over it, and how that was known (`measured`: during the run, or
+    estimated from the 1-minute load average at its start); None when the run recorded neither.
+    `previous`: the job this sweep ran just before it, in the same process (its load carries over
+    into the load average)."""
     load = run.get("machine_load")
-    start = load.get("loadavg_start") if isinstance(load, dict) else None
-    one_min = _number(start[0]) if isinstance(start, list | tuple) and start else None
+    if not isinstance(load, dict):
+        return None
     cores = _cores(run)
+    start = load.get("loadavg_start")
+    one_min = _number(start[0]) if isinstance(start, list | tuple) and start else None
+    others = _number(load.get("others_cores"))
+    if others is not None and cores:
+        others += _number(load.get("steal_cores")) or 0.0
+        threshold = max(BUSY_RUN_SHARE * cores, BUSY_RUN_FLOOR)
+        return {
+            "measured": "during the run",
+            "others": others,
+            "steal": _number(load.get("steal_cores")),
+            "loadavg_1m": one_min,
+            "cores": cores,
+            "threshold": threshold,
+            "busy": others > threshold,
+        }
     if one_min is None or not cores:
         return None
     carried = 0.0
@@ -88,7 +106,14 @@ def run_load(run: Run, previous: Run | None) -> dict[str, Any] | None:
             carried = cpu / 100 * (1 - math.exp(-wall / LOAD_TIME_CONSTANT_S))
     others = max(one_min - carried, 0.0)
     threshold = BUSY_SHARE * cores + BUSY_MARGIN
-    return {"loadavg_1m": one_min, "others": others, "cores": cores, "threshold": threshold, "busy": others > threshold}
+    return {
+        "measured": "load average at the start",
+        "loadavg_1m": one_min,
+        "others": others,
+        "cores": cores,
+        "threshold": threshold,
+        "busy": others > threshold,
+    }
 
 
 def busy_runs(sweep: Sweep) -> dict[int, dict[str, Any]]:
@@ -111,18 +136,29 @@ def _mhz(run: Run) -> str:
     return f"; CPU clock {start:,.0f} MHz at its start" + (f", {end:,.0f} at its end" if end is not None else "")
 
 
+def _busy_text(load: dict[str, Any]) -> str:
+    """What made a run busy, in words: measured during it, or estimated from the load average."""
+    if load["measured"] == "during the run":
+        steal = f", {load['steal']:.2f} of it VM steal" if load.get("steal") else ""
+        return (
+            f"ran on a busy machine: other processes kept {load['others']:.2f} of its {load['cores']:g} usable cores "
+            f"busy during it{steal} (over {load['threshold']:.2f})"
+        )
+    return (
+        f"started on a busy machine: 1-minute load average {load['loadavg_1m']:.2f} on {load['cores']:g} usable "
+        f"cores, about {load['others']:.1f} of it from other processes "
+        f"(over {load['threshold']:.1f}: half the cores + {BUSY_MARGIN})"
+    )
+
+
 def _busy_flags(sweep: Sweep, labels: dict[int, str]) -> list[Flag]:
     flags, loads = [], busy_runs(sweep)
     for run in sweep.runs:
         load = loads.get(run.job)
         if not load or not load["busy"] or run.job not in labels:
             continue
-        text = (
-            f"job {run.job} (`{labels[run.job]}`) started on a busy machine: 1-minute load average "
-            f"{load['loadavg_1m']:.2f} on {load['cores']:g} usable cores, about {load['others']:.1f} of it from other "
-            f"processes (over {load['threshold']:.1f}: half the cores + {BUSY_MARGIN}){_mhz(run)}. Its timing may be "
-            "low: re-run it on a quiet machine."
-        )
+        why = f"{_busy_text(load)}{_mhz(run)}"
+        text = f"job {run.job} (`{labels[run.job]}`) {why}. Its timing may be low: re-run it on a quiet machine."
         flags.append(Flag("busy", labels[run.job], run.job, text, load))
     return flags
 
@@ -139,12 +175,23 @@ def warning_lines(flags: list[Flag]) -> list[str]:
         return low if low == high else f"{low}–{high}"
 
     jobs = ", ".join(f"{f.job} (`{f.label}`)" for f in busy)
-    merged = (
-        f"jobs {jobs} started on a busy machine: 1-minute load average {span('loadavg_1m', 2)} on "
-        f"{span('cores', 0)} usable cores, about {span('others', 1)} of it from other processes (over "
-        f"{span('threshold', 1)}: half the cores + {BUSY_MARGIN}). Their timings may be low: re-run them on a quiet "
-        "machine."
-    )
+    measured = {d.get("measured") for d in loads}
+    if measured == {"during the run"}:
+        why = (
+            f"ran on a busy machine: other processes kept {span('others', 2)} of their {span('cores', 0)} usable "
+            f"cores busy during them (over {span('threshold', 2)})"
+        )
+    elif measured == {"load average at the start"}:
+        why = (
+            f"started on a busy machine: 1-minute load average {span('loadavg_1m', 2)} on {span('cores', 0)} usable "
+            f"cores, about {span('others', 1)} of it from other processes (over {span('threshold', 1)}: half the "
+            f"cores + {BUSY_MARGIN})"
+        )
+    else:  # records of both kinds
+        why = (
+            f"ran on a busy machine: other processes used about {span('others', 1)} of {span('cores', 0)} usable cores"
+        )
+    merged = f"jobs {jobs} {why}. Their timings may be low: re-run them on a quiet machine."
     first = flags.index(busy[0])
     rest = [f.text for f in flags if f.kind != "busy"]
     return rest[:first] + [merged] + rest[first:]
@@ -168,11 +215,22 @@ def first_job_outlier(config: Configuration, path: str = "train.images_per_s") -
     return None
 
 
+def seeds_measured(config: Configuration, path: str) -> int:
+    """How many different seeds `config`'s completed runs measured `path` with."""
+    return len({r.get("config.seed") for r in config.ok_runs if _number(r.get(path)) is not None} - {None})
+
+
 def quality_fell(config: Configuration, baseline: Configuration | None, path: str) -> bool | None:
-    """True when `config`'s quality is lower than the baseline's beyond their repeats' spread
+    """True when `config`'s quality is lower than the baseline's beyond the spread across seeds
     (Welch at LEVEL, and by QUALITY_FLOOR or more); None when it cannot be judged (fewer than
-    two runs on a side, no baseline, or a configuration that ran the baseline's settings)."""
+    MIN_RUNS seeds on a side, no baseline, or a configuration that ran the baseline's settings).
+
+    Quality is judged across seeds, not across `+repeat`s of one seed: on a CPU those train to the
+    same weights, so their spread is zero and any change in the arithmetic (deconv, bf16) would be
+    "beyond the spread" — a 0.02 Dice difference a sweep of seeds shows is noise."""
     if baseline is None or config is baseline or config.same_as is not None:
+        return None
+    if min(seeds_measured(config, path), seeds_measured(baseline, path)) < MIN_RUNS:
         return None
     test = welch(config.values(path), baseline.values(path), LEVEL)
     if test.distinguishable is None:
@@ -212,7 +270,7 @@ def collect(sweep: Sweep, configs: list[Configuration], baseline: Configuration 
             mine = c.stat(path)
             text = (
                 f"`{c.label}`: {name} {mine.median:.3f} [{mine.min:.3f}–{mine.max:.3f}] is lower than the "
-                f"baseline's {base.median:.3f} [{base.min:.3f}–{base.max:.3f}], beyond the spread of their repeats "
+                f"baseline's {base.median:.3f} [{base.min:.3f}–{base.max:.3f}], beyond the spread across seeds "
                 f"(Welch's t-test, {LEVEL:.0%}): the speed may have cost quality."
             )
             flags.append(Flag("quality", c.label, None, text))

@@ -65,7 +65,7 @@ def _any_cold(configs: list[Configuration]) -> bool:
 
 def _quality_cell(config: Configuration, baseline: Configuration | None, path: str) -> str:
     """ "0.900 [0.890–0.920]" over repeats ("0.970" for one run), "(lower)" when it fell below the
-    baseline's beyond their spread (segperf.report.flags.quality_fell)."""
+    baseline's beyond the spread across seeds (segperf.report.flags.quality_fell)."""
     stat = config.stat(path)
     if stat.median is None:
         return "n/a"
@@ -123,7 +123,8 @@ def training_section(
         )
         + f"`~`: not distinguishable from run-to-run noise; `(unconfirmed)`: one run on a side, `{CONFIRM}` "
         "confirms it; `same as X`: ran X's effective settings (a setting not applied on this machine). "
-        + "Quality: median [min–max] over repeats, `(lower)` below the baseline's beyond that spread. "
+        + "Quality: median [min–max] over repeats, `(lower)` below the baseline's beyond the spread across "
+        "seeds (judged with two seeds or more a side, `seed=0,1,2`: repeats of one seed train alike). "
         "Shares: of the run's wall time; `off`: the run's measurement was off. "
         + (
             "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
