@@ -55,7 +55,7 @@ def test_a_seed_sweep_with_one_run_each_finds_nothing_distinguishable(tmp_path):
     text, data = report(sweep, tmp_path / "out")
     assert [(c["label"], c["runs"]) for c in data["configurations"]] == [("run", 2)]  # seeds are repeats
     assert not any(c["distinguishable"] for c in data["configurations"])
-    assert "times faster" not in text
+    assert "times faster" not in text and "Summary: one configuration, `run` (2 runs): nothing to compare." in text
 
 
 def test_one_run_each_states_no_speedup_as_fact(tmp_path):

@@ -149,8 +149,14 @@ def _summary_line(configs: list[Configuration], baseline: Configuration | None, 
         return []
     if fastest is None and any(c.same_as for c in configs):
         return [f"Summary: the other configurations ran `{baseline.label}`'s settings (same as): no speed-up.", ""]
-    if fastest is None or fastest.spread(path).mean <= baseline.spread(path).mean:
-        return [f"Summary: the baseline, `{baseline.label}`, is the fastest configuration.", ""]
+    if fastest is None:  # one configuration (e.g. a sweep of seeds only: its runs are repeats)
+        runs = baseline.spread(path).n
+        return [
+            f"Summary: one configuration, `{baseline.label}` ({runs} run{'s' * (runs != 1)}): nothing to compare.",
+            "",
+        ]
+    if fastest.spread(path).mean <= baseline.spread(path).mean:
+        return [f"Summary: no configuration has a higher mean images/s than the baseline, `{baseline.label}`.", ""]
     decision, ratio = decide(fastest, baseline, path), fmt_mean_speedup(fastest, baseline, path).lstrip("~")
     ratio = ratio.removesuffix(" (unconfirmed)").rstrip("×")
     if decision.distinguishable:
