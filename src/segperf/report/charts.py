@@ -58,7 +58,10 @@ def _grouped_barh(ax, labels: list[str], series: list[tuple[str, list, str]], er
             ax.text((err[1][0] + v) if err else v, y, f" {note}", va="center", fontsize=7)
     ax.set_yticks(range(len(labels)), labels)
     ax.set_ylim(len(labels) - 0.5, -0.5)  # first configuration on top; also keeps "n/a" notes inside
-    ax.margins(x=0.18)
+    # room on the right for the longest note beside its bar (about 1% of the axis per character
+    # at this font size on the report's figure widths), so "1.58× (pin not applied)" is not cut off
+    longest = max((len(str(n)) for row in notes or [] for n in row if n is not None), default=8)
+    ax.margins(x=min(0.7, max(0.18, 0.05 + 0.011 * longest)))
     if len(series) > 1 and ax.get_legend_handles_labels()[1]:
         ax.legend(fontsize=7, loc="best")
 
