@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -151,6 +153,34 @@ def test_skip_completes_on_a_dirty_folder_and_records_every_file_left_out(data, 
     assert "truncated JPEG" in recorded[str(bad["truncated"])]["reason"]
     assert recorded[str(bad["no mask"])]["kind"] == "no mask"
     assert json.loads((tmp_path / "run" / "results.json").read_text())["dataset"]["skipped"] == list(recorded.values())
+
+
+@pytest.mark.slow
+def test_inference_on_a_run_that_skipped_bad_samples_skips_them_too_and_stops_in_lines_when_told_to_raise(
+    data, tiny_cfg, tmp_path
+):
+    from segperf.training.run import train
+
+    bad = dirty(data)
+    narrow = ["model.net.stem_channels=8", "model.net.level_channels=[8,16,32,64,128]"]
+    with pytest.warns(UserWarning, match="left out 4 of 79 samples"):
+        assert train(tiny_cfg(f"data.root={data}", "data.on_bad_sample=skip", *narrow), tmp_path / "run")["status"] == (
+            "completed"
+        )
+
+    def infer(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "segperf.infer", f"run_dir={tmp_path / 'run'}", "val_images=4", *args]
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    done = infer(f"hydra.run.dir={tmp_path / 'infer'}")  # the run's data policy comes with its folder
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "infer" / "results.json").read_text())["status"] == "completed"
+    stopped = infer("data.on_bad_sample=raise", f"hydra.run.dir={tmp_path / 'raise'}")
+    assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("segperf.infer: error: ")]
+    assert errors == stopped.stderr.strip().splitlines()[-len(errors) :] and len(errors) == 6  # headline + 5 kinds
+    assert errors[0].startswith(f"segperf.infer: error: 4 bad samples in {data}: 1 truncated, ")
+    assert any(str(bad["no mask"]) in line for line in errors)
 
 
 # -- MNIST's four files --------------------------------------------------------------------------

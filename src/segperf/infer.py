@@ -2,8 +2,8 @@
 
 The command line only: Hydra composes the config, segperf.inference.run does the work (the
 trained weights cast to the `precision` group's dtype, timed over the validation split). An
-expected failure (a missing or unreadable checkpoint, a full or read-only disk) is one
-`segperf.infer: error:` line and exit status 2; results.json records it.
+expected failure (a missing or unreadable checkpoint, bad data, a full or read-only disk) is
+`segperf.infer: error:` lines and exit status 2; results.json records it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from segperf.command_line import output_folder_problem, quote_path_values
 from segperf.config import CONFIG_DIR
-from segperf.errors import write_problem
+from segperf.errors import SegperfError, explain, is_worker_error, write_problem
 
 CONFIG_NAME = "infer"
 
@@ -42,11 +42,15 @@ def main(cfg: DictConfig) -> None:
     except Exception as error:
         if problem := write_problem(error, out_dir):
             fail(problem)
+        if isinstance(error, SegperfError) or is_worker_error(error):  # bad data, as training says it
+            fail(explain(error))
         raise
 
 
 def fail(message: str) -> None:
-    print(f"segperf.infer: error: {message}", file=sys.stderr)
+    """A problem the user can fix: its lines (bad data lists one per kind), no traceback, exit 2."""
+    for line in message.splitlines():
+        print(f"segperf.infer: error: {line}", file=sys.stderr)
     raise SystemExit(2)
 
 
