@@ -32,10 +32,9 @@ from segperf.inference.checkpoint import (
 from segperf.inference.summary import adjust, format_summary, note
 from segperf.perf.results import record_failure, write_json_atomic
 
-# what a training run's config decides about the data, adopted with run_dir unless given explicitly
-# what a run_dir's config decides about the data: the same folder, size, split and decoding, and
-# the same policy for bad samples (a run trained with on_bad_sample=skip on a dirty folder is
-# benchmarked on the same folder without stopping at the samples it left out)
+# what a training run's config decides about the data, adopted with run_dir unless given explicitly:
+# the same folder, size, split and decoding, and the same policy for bad samples (a run trained
+# with on_bad_sample=skip on a dirty folder is benchmarked on it without stopping at what it left out)
 RUN_DATA_KEYS = ("root", "height", "width", "holdout_frac", "synthetic", "decode", "on_bad_sample")
 
 

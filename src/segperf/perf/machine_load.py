@@ -75,17 +75,17 @@ class CpuClock:
 
 
 def tree_cpu_seconds(process: psutil.Process | None = None) -> float:
-    """User + system seconds of a process (default: this one), of its children it has reaped
-    (the kernel adds those to it: finished DataLoader workers), and of its live descendants."""
+    """User + system seconds of a process (default: this one) and of all its descendants: each
+    live one's own, and what each has reaped (the kernel adds a reaped child's time, its own
+    reaped children's included, to its parent: finished DataLoader workers, a compile pool's)."""
     process = process or psutil.Process()
-    times = process.cpu_times()
-    total = times.user + times.system + times.children_user + times.children_system
-    for child in process.children(recursive=True):
+    total = 0.0
+    for member in (process, *process.children(recursive=True)):
         try:
-            t = child.cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone meanwhile: the reaper now holds its time
+            t = member.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone meanwhile: its reaper now holds its time
             continue
-        total += t.user + t.system
+        total += t.user + t.system + t.children_user + t.children_system
     return total
 
 
