@@ -48,29 +48,29 @@ def _spin(seconds: float) -> None:
         pass
 
 
+SPIN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"
+
+
 def test_other_processes_cpu_during_the_run_is_measured_and_this_process_trees_own_is_not():
+    # whatever else this machine runs meanwhile (another test run, a neighbour) is the floor each
+    # reading is compared with, so the test holds on a busy machine too
+    start = cpu_clock()
+    time.sleep(0.6)
+    quiet = others_since(start)["others_cores"]
     start = cpu_clock()
     _spin(0.6)  # this process
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass"]
-    )
-    child.wait()  # a reaped child (a DataLoader worker that finished): ours too
+    subprocess.run([sys.executable, "-c", SPIN.format(s=0.6)], check=True)  # a reaped child: ours too
     own = others_since(start)
-    assert own["window_s"] >= 1.0 and own["others_cores"] < 0.3
+    assert own["window_s"] >= 1.0 and own["others_cores"] < quiet + 0.3, (own, quiet)
     # a process outside the tree (its parent exits at once, so it is not our descendant): another's
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
-            "'import time\\nend = time.monotonic() + 1.5\\nwhile time.monotonic() < end: pass'])",
-        ],
-        check=True,
-    )
+    spawn = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {SPIN.format(s=1.5)!r}])"
+    subprocess.run([sys.executable, "-c", spawn], check=True)
     start = cpu_clock()
     time.sleep(1.0)
     other = others_since(start)
-    assert other["others_cores"] > 0.6, other  # about one core, less whatever the 2 cores shared out
+    # about one core more, as far as the idle cores allow: a spinning process takes what was idle
+    headroom = min(1.0, len(os.sched_getaffinity(0)) - quiet)
+    assert other["others_cores"] > quiet + 0.5 * headroom, (other, quiet)
     assert others_since(None) == {"others_cores": None, "steal_cores": None, "window_s": None}
 
 
