@@ -11,7 +11,10 @@ table and its summary line, the charts, report.json) reads `decide`, so they can
 - otherwise Welch's t-test on log images/s at LEVEL (segperf.report.stats.compare_throughput)
   decides: distinguishable when the interval of the ratio of geometric means excludes 1. A first
   job of a sweep process flagged as an outlier (segperf.report.flags: it paid one-time costs) is
-  left out of the test, never out of the tables: the order jobs ran in must not decide.
+  left out of the test, never out of the tables: the order jobs ran in must not decide. So are
+  runs that other processes kept busy, as measured during them (`machine_load.others_cores`),
+  while MIN_RUNS quiet runs remain on that side: a neighbour's job must not decide either (with
+  fewer, every run stays in and the warning says to re-run on a quiet machine).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from segperf.report.flags import first_job_outlier
+from segperf.report.flags import first_job_outlier, measured_busy
 from segperf.report.stats import LEVEL, MIN_RUNS, Comparison, compare_throughput, median_ratio, speedup
 from segperf.report.sweep import Configuration
 
@@ -30,7 +33,8 @@ RULE = (
     f'"no difference" at the {1 - LEVEL:.0%} level (two-sided): the {LEVEL:.0%} confidence interval of the '
     f"ratio of geometric means excludes 1. It needs {MIN_RUNS} completed runs on each side; with fewer the "
     f"ratio is unconfirmed (`{CONFIRM}` confirms it). A first job of a sweep process that is an outlier "
-    "(one-time costs, see Warnings) is left out of the test."
+    "(one-time costs) and runs that other processes kept busy (measured during the run; while two quiet runs "
+    "remain) are left out of the test (see Warnings)."
 )
 
 
@@ -58,9 +62,12 @@ def baseline_of(configs: list[Configuration], path: str = THROUGHPUT) -> Configu
 
 
 def decision_values(config: Configuration, path: str = THROUGHPUT) -> list[Any]:
-    """The values the test compares: the completed runs', less a first job flagged as an outlier."""
+    """The values the test compares: the completed runs', less a first job flagged as an outlier
+    and, while MIN_RUNS others remain, less the runs measured busy."""
     outlier = first_job_outlier(config, path)
-    return [r.get(path) for r in config.ok_runs if outlier is None or r is not outlier[0]]
+    runs = [r for r in config.ok_runs if outlier is None or r is not outlier[0]]
+    quiet = [r for r in runs if not measured_busy(r)]
+    return [r.get(path) for r in (quiet if len(quiet) >= MIN_RUNS else runs)]
 
 
 def decide(config: Configuration, baseline: Configuration | None, path: str = THROUGHPUT) -> Decision:

@@ -116,6 +116,13 @@ def run_load(run: Run, previous: Run | None) -> dict[str, Any] | None:
     }
 
 
+def measured_busy(run: Run) -> bool:
+    """Other processes kept the machine busy during `run`, as measured then (`others_cores`): a
+    fact about the run, unlike the load-average estimate of older records, which is not used here."""
+    load = run_load(run, None)
+    return bool(load and load["measured"] == "during the run" and load["busy"])
+
+
 def busy_runs(sweep: Sweep) -> dict[int, dict[str, Any]]:
     """run_load of every run that recorded one, by job number."""
     loads = {}
@@ -159,6 +166,8 @@ def _busy_flags(sweep: Sweep, labels: dict[int, str]) -> list[Flag]:
             continue
         why = f"{_busy_text(load)}{_mhz(run)}"
         text = f"job {run.job} (`{labels[run.job]}`) {why}. Its timing may be low: re-run it on a quiet machine."
+        if load["measured"] == "during the run":
+            text += " It is left out of the speed-up decision while its configuration has two quiet runs."
         flags.append(Flag("busy", labels[run.job], run.job, text, load))
     return flags
 
@@ -192,6 +201,8 @@ def warning_lines(flags: list[Flag]) -> list[str]:
             f"ran on a busy machine: other processes used about {span('others', 1)} of {span('cores', 0)} usable cores"
         )
     merged = f"jobs {jobs} {why}. Their timings may be low: re-run them on a quiet machine."
+    if measured == {"during the run"}:
+        merged += " They are left out of the speed-up decision while their configuration has two quiet runs."
     first = flags.index(busy[0])
     rest = [f.text for f in flags if f.kind != "busy"]
     return rest[:first] + [merged] + rest[first:]
