@@ -118,13 +118,14 @@ def test_a_slow_loader_shows_as_data_wait_and_a_data_bound_verdict(tmp_path, tin
     decode = CarvanaDataset.__getitem__
 
     def slow_decode(self, index):
-        # a slow disk or decoder: 4 s per batch of 4, well above a tiny step even on a busy
-        # 2-core machine (where one step has taken up to 1.6 s)
-        time.sleep(1.0)
+        # a slow disk or decoder: 2 s per batch of 4, far above a step of this narrow net even on a
+        # busy 2-core machine (where a step of the full-width tiny net has taken up to 1.6 s)
+        time.sleep(0.5)
         return decode(self, index)
 
     monkeypatch.setattr(CarvanaDataset, "__getitem__", slow_decode)
-    results = train(tiny_cfg("train_images=16", "val_every_images=1000"), tmp_path)
+    narrow = ["model.net.stem_channels=8", "model.net.level_channels=[8,16,32,64,128]"]
+    results = train(tiny_cfg("train_images=16", "val_every_images=1000", *narrow), tmp_path)
     phases = results["phases"]
     assert phases["data_wait"]["wall_s"] > phases["train_step"]["wall_s"]
     assert results["jitter"]["starved"]["fraction"] == 1.0
