@@ -97,3 +97,9 @@ def test_each_run_of_a_process_gets_the_next_process_job_number(tmp_path):
     cfg = compose_config(f"paths.output_dir={tmp_path}")
     first, second = (RunRecord(cfg, tmp_path / name).results["process_job"] for name in ("a", "b"))
     assert second == first + 1
+
+
+def test_the_summary_line_names_vm_steal_only_when_there_is_some():
+    load = {"loadavg_start": [0.1, 0, 0], "loadavg_end": [0.2, 0, 0], "cores": 2, "others_cores": 0.45}
+    assert format_load(load | {"steal_cores": 0.004}).endswith("; other processes 0.45 cores during the run")
+    assert format_load(load | {"steal_cores": 0.3}).endswith("during the run, VM steal 0.30")

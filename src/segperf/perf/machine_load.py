@@ -151,7 +151,7 @@ def format_load(section: dict[str, Any] | None) -> str:
     text += f" ({section.get('cores', '?')} cores)"
     if section.get("others_cores") is not None:
         text += f"; other processes {section['others_cores']:.2f} cores during the run"
-        if section.get("steal_cores"):
+        if (section.get("steal_cores") or 0.0) >= 0.005:  # shown when it rounds to something
             text += f", VM steal {section['steal_cores']:.2f}"
     start, end = section.get("cpu_mhz_start"), section.get("cpu_mhz_end")
     if start is not None or end is not None:

@@ -146,7 +146,7 @@ def _mhz(run: Run) -> str:
 def _busy_text(load: dict[str, Any]) -> str:
     """What made a run busy, in words: measured during it, or estimated from the load average."""
     if load["measured"] == "during the run":
-        steal = f", {load['steal']:.2f} of it VM steal" if load.get("steal") else ""
+        steal = f", {load['steal']:.2f} of it VM steal" if (load.get("steal") or 0.0) >= 0.005 else ""
         return (
             f"ran on a busy machine: other processes kept {load['others']:.2f} of its {load['cores']:g} usable cores "
             f"busy during it{steal} (over {load['threshold']:.2f})"
