@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 
 from segperf.config import available_cores
+from segperf.perf.proctree import tree_pids
 
 CPUFREQ = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq"  # kHz, one file per core
 CPUINFO = "/proc/cpuinfo"
@@ -74,15 +75,15 @@ class CpuClock:
     own: float
 
 
-def tree_cpu_seconds(process: psutil.Process | None = None) -> float:
-    """User + system seconds of a process (default: this one) and of all its descendants: each
-    live one's own, and what each has reaped (the kernel adds a reaped child's time, its own
-    reaped children's included, to its parent: finished DataLoader workers, a compile pool's)."""
-    process = process or psutil.Process()
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system seconds of a process (default: this one) and of all its descendants (listed
+    as the sampler lists them, segperf.perf.proctree): each live one's own, and what each has
+    reaped (the kernel adds a reaped child's time, its own reaped children's included, to its
+    parent: finished DataLoader workers, a compile pool's)."""
     total = 0.0
-    for member in (process, *process.children(recursive=True)):
+    for pid in tree_pids(os.getpid() if root is None else root):
         try:
-            t = member.cpu_times()
+            t = psutil.Process(pid).cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone meanwhile: its reaper now holds its time
             continue
         total += t.user + t.system + t.children_user + t.children_system
