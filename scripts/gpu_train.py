@@ -88,7 +88,7 @@ def prepare_data(overrides: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from segperf.config import CONFIG_DIR
-    from segperf.data.synthetic import ensure_synthetic
+    from segperf.data.carvana.synthetic import ensure_synthetic
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 from segperf.config import CONFIG_DIR  # noqa: E402
-from segperf.data.synthetic import generate  # noqa: E402
+from segperf.data.carvana.synthetic import generate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # no progress bar or model summary in the test output; a logged step for every step
@@ -90,7 +90,7 @@ MNIST_TINY = [
 @pytest.fixture(scope="session")
 def tiny_mnist(tmp_path_factory) -> Path:
     """The built-in digits in MNIST's four IDX files: 256 training and 64 test images."""
-    from segperf.data.digits import generate as generate_digits
+    from segperf.data.mnist.digits import generate as generate_digits
 
     return generate_digits(tmp_path_factory.mktemp("data") / "mnist", train=256, test=64, seed=0)
 

@@ -1,4 +1,4 @@
-"""The up-front sample check (segperf.data.checks): each damage is done on a copy of tiny_carvana."""
+"""The up-front sample check (segperf.data.carvana.checks): each damage is done on a copy of tiny_carvana."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageFile
 
-from segperf.data.checks import BadDataError, apply_policy, check_samples, format_bad
-from segperf.data.layout import find_samples
+from segperf.data.carvana.checks import BadDataError, apply_policy, check_samples, format_bad
+from segperf.data.carvana.layout import find_samples
 from tests.conftest import images_of, mask_of
 
 

@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from segperf.data import cache as cache_module
 from segperf.data.cache import DeviceBatches, cache_key, fill_cache
-from segperf.data.dataset import CarvanaDataset
-from segperf.data.decode import decode_sample
-from segperf.data.layout import find_samples
+from segperf.data.carvana.dataset import CarvanaDataset
+from segperf.data.carvana.decode import decode_sample
+from segperf.data.carvana.layout import find_samples
 from tests.test_datamodule import make_dm
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
-from segperf.data.mnist import read_split
+from segperf.data.mnist.datamodule import read_split
 from segperf.model.cnn import ClassificationModule, DigitCNN
 from segperf.schema import problems_in
 from segperf.training.run import train

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from segperf.data import cold
-from segperf.data.layout import find_samples
+from segperf.data.carvana.layout import find_samples
 from tests.test_datamodule import make_dm
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from segperf.data.datamodule import CarvanaDataModule
+from segperf.data.carvana.datamodule import CarvanaDataModule
 from segperf.data.prefetch import ThreadPrefetchLoader
 from tests.conftest import TINY_CARVANA_SUMMARY
 

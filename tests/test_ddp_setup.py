@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from segperf.data.base import RankShard
-from segperf.data.datamodule import CarvanaDataModule
+from segperf.data.carvana.datamodule import CarvanaDataModule
 from segperf.errors import DataSizeError
 from segperf.schema import check_settings
 from tests.conftest import MNIST_TINY, compose_config

@@ -8,9 +8,9 @@ import pytest
 import torch
 from PIL import Image
 
-from segperf.data.decode import decode_image, decode_mask, decode_sample
-from segperf.data.layout import Sample, find_samples
-from segperf.data.synthetic import car_ids, render_view
+from segperf.data.carvana.decode import decode_image, decode_mask, decode_sample
+from segperf.data.carvana.layout import Sample, find_samples
+from segperf.data.carvana.synthetic import car_ids, render_view
 
 # Mean absolute difference, in levels of 255, that reduced decode may add over full decode.
 # Measured: 0.42 on a full-size 1918x1280 view at 256x384 (0.44 over the built-in data, see

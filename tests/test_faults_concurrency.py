@@ -11,16 +11,16 @@ import sys
 import time
 from pathlib import Path
 
-from segperf.data.checks import check_layout
-from segperf.data.layout import scan_layout
-from segperf.data.mnist import read_splits
+from segperf.data.carvana.checks import check_layout
+from segperf.data.carvana.layout import scan_layout
+from segperf.data.mnist.datamodule import read_splits
 from tests.conftest import REPO
 
 PREPARE = """
 import json, os, sys, time
 from pathlib import Path
-from segperf.data.digits import ensure_builtin
-from segperf.data.synthetic import ensure_synthetic
+from segperf.data.mnist.digits import ensure_builtin
+from segperf.data.carvana.synthetic import ensure_synthetic
 cache, go = Path(sys.argv[1]), Path(sys.argv[2])
 print("ready", flush=True)
 while not go.exists():

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from segperf.data.checks import BadDataError, apply_policy, check_layout
-from segperf.data.layout import scan_layout
-from segperf.data.mnist import read_splits
+from segperf.data.carvana.checks import BadDataError, apply_policy, check_layout
+from segperf.data.carvana.layout import scan_layout
+from segperf.data.mnist.datamodule import read_splits
 from segperf.errors import DataLayoutError
 from tests.conftest import TINY, images_of, mask_of, run_cli
 

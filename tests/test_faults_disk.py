@@ -88,7 +88,7 @@ def test_a_checkpoint_that_does_not_fit_keeps_the_previous_one_and_names_the_fol
 
 
 def test_a_full_cache_folder_leaves_no_half_built_data_set(mount):
-    from segperf.data.synthetic import ensure_synthetic
+    from segperf.data.carvana.synthetic import ensure_synthetic
 
     cache = mount("cache", 128 * 1024)
     with pytest.raises(WriteError) as error:

@@ -44,7 +44,7 @@ def test_an_error_that_is_not_a_worker_is_left_as_it_is():
 KILLING_RUN = """
 import os, signal, sys
 import torch.utils.data
-from segperf.data.dataset import CarvanaDataset
+from segperf.data.carvana.dataset import CarvanaDataset
 
 def killed(self, index):
     if torch.utils.data.get_worker_info() is None:

@@ -15,10 +15,10 @@ from hydra.utils import instantiate
 from PIL import Image
 
 from segperf.data.cache import DeviceBatches
-from segperf.data.imagefolder_builtin import ensure_builtin, generate
-from segperf.data.imagefolder_cache import DeviceCropFlip
-from segperf.data.imagefolder_dataset import ImageFolderDataset, load_rgb, to_rgb
-from segperf.data.imagefolder_layout import ImageSample, class_names, count_classes, scan_folder, stratified_split
+from segperf.data.imagefolder.builtin import ensure_builtin, generate
+from segperf.data.imagefolder.cache import DeviceCropFlip
+from segperf.data.imagefolder.dataset import ImageFolderDataset, load_rgb, to_rgb
+from segperf.data.imagefolder.layout import ImageSample, class_names, count_classes, scan_folder, stratified_split
 from segperf.data.resumable import ResumableLoader
 from segperf.errors import DataLayoutError
 from tests.conftest import QUIET, compose_config

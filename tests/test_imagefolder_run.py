@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageFile
 
-from segperf.data.checks import BadDataError
-from segperf.data.imagefolder_checks import apply_policy, check_folder
-from segperf.data.imagefolder_layout import scan_folder
+from segperf.data.carvana.checks import BadDataError
+from segperf.data.imagefolder.checks import apply_policy, check_folder
+from segperf.data.imagefolder.layout import scan_folder
 from tests.conftest import MNIST_TINY, compose_config, run_cli
 from tests.test_imagefolder import IMAGEFOLDER_TINY, make_folder, write_image
 

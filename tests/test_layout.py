@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from segperf.data.layout import Sample, find_samples, split_by_car
+from segperf.data.carvana.layout import Sample, find_samples, split_by_car
 
 
 def fake_samples(cars: int, views: int = 16) -> list[Sample]:

@@ -6,7 +6,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from segperf.data.dataset import CarvanaDataset
+from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.perf.summary import format_run_summary
 from segperf.training.run import train
 

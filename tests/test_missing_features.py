@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from segperf.data.dataset import CarvanaDataset
+from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.errors import explain, is_worker_error
 from segperf.model import SegmentationModule, UNet
 from segperf.training.run import train

@@ -9,9 +9,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from segperf.data.digits import FILES, generate
-from segperf.data.idx import IdxFormatError, read_idx, write_idx
-from segperf.data.mnist import read_split
+from segperf.data.mnist.datamodule import read_split
+from segperf.data.mnist.digits import FILES, generate
+from segperf.data.mnist.idx import IdxFormatError, read_idx, write_idx
 from segperf.data.resumable import ResumableLoader
 from segperf.errors import DataLayoutError
 from tests.conftest import MNIST_TINY, compose_config

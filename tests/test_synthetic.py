@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segperf.data import synthetic
+from segperf.data.carvana import synthetic
 
 W, H = 192, 128
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -136,7 +136,7 @@ def test_command_line_writes_sixteen_images_and_masks(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "segperf.data.synthetic",
+        "segperf.data.carvana.synthetic",
         str(out),
         "--cars",
         "1",

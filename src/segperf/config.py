@@ -114,7 +114,7 @@ def imagefolder_classes(root: str | None, builtin_classes: int) -> int:
     image folder, counted when the config resolves, so that the classifier's head is sized before
     the net is built and nobody types how many classes their folder has. The data code is imported
     here, when a config with it resolves, not when segperf is: the report imports no data code."""
-    from segperf.data.imagefolder_layout import count_classes
+    from segperf.data.imagefolder.layout import count_classes
 
     return count_classes(root, builtin_classes)
 

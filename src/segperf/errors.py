@@ -169,7 +169,7 @@ def explain(error: BaseException) -> str:
     match = _WORKER_ERROR.search(text)
     if match:
         last = text.rstrip().splitlines()[-1]
-        # "segperf.data.dataset.SomeError: could not decode ..." -> "could not decode ..."
+        # "segperf.data.carvana.dataset.SomeError: could not decode ..." -> "could not decode ..."
         message = re.sub(r"^[\w.]+: ", "", last)
         return f"{message} (in DataLoader worker {match.group(2)})"
     death = _worker_death(error)

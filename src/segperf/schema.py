@@ -82,7 +82,7 @@ OnBadSample = Choice("OnBadSample", [("raise", "raise"), ("skip", "skip")], modu
 # enum by its member names, and Lightning's names ("32-true", "bf16-mixed") are not Python
 # identifiers, so an enum would make users type other names than Lightning's.
 PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
-# MNIST's image side, segperf.data.digits.SIDE (not imported: it would load numpy and Pillow for
+# MNIST's image side, segperf.data.mnist.digits.SIDE (not imported: it would load numpy and Pillow for
 # every config check, which runs before the heavy imports)
 DIGIT_SIDE = 28
 

@@ -31,8 +31,8 @@ from segperf.bench.schema import Settings
 from segperf.bench.table import REFERENCE, closing_lines, label, table
 from segperf.bench.workloads import LAYOUTS, CarvanaLayout
 from segperf.config import available_cores
-from segperf.data.augment import seed_worker
 from segperf.data.cache import DeviceBatches, SampleCache
+from segperf.data.carvana.augment import seed_worker
 from segperf.data.cold import PageCache, drop_page_cache, warm
 
 

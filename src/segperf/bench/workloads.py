@@ -1,7 +1,7 @@
 """What the loader benchmark needs of a data layout (`data.format`): where its data is, its
 samples, the loader's dataset, a cache of it and the naive reference loader.
 
-- `carvana`: Kaggle's layout, images with their GIF masks (the default; segperf.data.datamodule's).
+- `carvana`: Kaggle's layout, images with their GIF masks (the default; segperf.data.carvana.datamodule's).
 - `imagefolder`: ROOT/<class>/<image> (or ROOT/train/ + ROOT/val/), images with class labels,
   as `data=imagefolder` trains on them: the training transform (random resized crop + flip with
   `data.augment=basic`, else resize + centre crop), a cache of the validation transform.
@@ -22,16 +22,16 @@ from torch.utils.data import Dataset
 
 from segperf.bench.schema import Settings
 from segperf.config import segperf_cache_dir
-from segperf.data import imagefolder_cache
-from segperf.data.augment import DeviceAugment, HostAugment
 from segperf.data.cache import SampleCache, cache_key, fill_cache
-from segperf.data.dataset import CarvanaDataset
-from segperf.data.decode import decode_image
-from segperf.data.imagefolder_builtin import ensure_builtin
-from segperf.data.imagefolder_dataset import ImageFolderDataset
-from segperf.data.imagefolder_layout import scan_folder
-from segperf.data.layout import find_samples
-from segperf.data.synthetic import ensure_synthetic
+from segperf.data.carvana.augment import DeviceAugment, HostAugment
+from segperf.data.carvana.dataset import CarvanaDataset
+from segperf.data.carvana.decode import decode_image
+from segperf.data.carvana.layout import find_samples
+from segperf.data.carvana.synthetic import ensure_synthetic
+from segperf.data.imagefolder import cache as imagefolder_cache
+from segperf.data.imagefolder.builtin import ensure_builtin
+from segperf.data.imagefolder.dataset import ImageFolderDataset
+from segperf.data.imagefolder.layout import scan_folder
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 

@@ -37,7 +37,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from segperf.data.layout import Sample
+from segperf.data.carvana.layout import Sample
 
 DEVICE_SHARE = 0.5  # at most this fraction of a device's free memory goes to the cache
 _KEEP = 2  # caches kept across sweep jobs in one process: one job's train and val

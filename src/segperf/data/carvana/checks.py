@@ -25,7 +25,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from segperf.data.layout import MASK_RE, Layout, Sample
+from segperf.data.carvana.layout import MASK_RE, Layout, Sample
 from segperf.errors import SegperfError
 
 _TAIL_BYTES = 64

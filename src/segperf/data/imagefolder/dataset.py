@@ -13,7 +13,7 @@ upright. The transforms are albumentations 2.0.8's, on the host:
 
 Both downscale with INTER_AREA (a 500x375 photo to 96x96 is a 4x reduction, where bilinear alone
 aliases). `decode=reduced` asks libjpeg for the smallest DCT scale that still covers the size
-the validation resize needs (Pillow's `Image.draft`, as segperf.data.decode does for Carvana);
+the validation resize needs (Pillow's `Image.draft`, as segperf.data.carvana.decode does for Carvana);
 other formats have no reduced decode and decode whole. With a cache (`cache=memory|device`)
 each image is stored once as its validation transform, and training crops from that (see
 segperf.data.imagefolder_augment).
@@ -30,7 +30,7 @@ import torch
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-from segperf.data.imagefolder_layout import ImageSample
+from segperf.data.imagefolder.layout import ImageSample
 
 CROP_SCALE = (0.5, 1.0)  # RandomResizedCrop's share of the image area
 CROP_RATIO = (3 / 4, 4 / 3)
@@ -85,7 +85,7 @@ class Transforms:
         self.train = A.Compose([crop, A.HorizontalFlip(p=FLIP_P)], seed=int(seed) % 2**32)
 
     def reseed(self, seed: int) -> None:
-        """A DataLoader worker's own draws (segperf.data.augment.seed_worker calls this)."""
+        """A DataLoader worker's own draws (segperf.data.carvana.augment.seed_worker calls this)."""
         self.train.set_random_seed(int(seed) % 2**32)
 
 
@@ -116,7 +116,7 @@ class ImageFolderDataset(Dataset):
         self.cache = cache
         self.transforms = Transforms(height, width, seed)
         self.random = train and augment == "basic"
-        # what segperf.data.augment.seed_worker reseeds in each worker (None: nothing random)
+        # what segperf.data.carvana.augment.seed_worker reseeds in each worker (None: nothing random)
         self.augment = self.transforms if self.random else None
         self.labels = torch.tensor([s.label for s in samples], dtype=torch.int64)
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from segperf.data.layout import Sample
+from segperf.data.carvana.layout import Sample
 
 
 def decode_image(path: Path, size: tuple[int, int], decode: str = "full") -> np.ndarray:

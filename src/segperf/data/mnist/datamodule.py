@@ -18,8 +18,8 @@ from torch.utils.data import Dataset, Subset
 
 from segperf.config import segperf_cache_dir
 from segperf.data.base import RunDataModule, evenly_spaced
-from segperf.data.digits import FILES, SIDE, ensure_builtin
-from segperf.data.idx import IdxFormatError, read_idx
+from segperf.data.mnist.digits import FILES, SIDE, ensure_builtin
+from segperf.data.mnist.idx import IdxFormatError, read_idx
 from segperf.errors import DataLayoutError, DataSizeError, SegperfError
 
 

@@ -172,7 +172,7 @@ def ensure_builtin(cache_dir: str | Path, classes: int = 4, per_class: int = 500
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m segperf.data.imagefolder_builtin", description=__doc__.splitlines()[0]
+        prog="python -m segperf.data.imagefolder.builtin", description=__doc__.splitlines()[0]
     )
     parser.add_argument("out", type=Path, help="folder to create (must not exist or be empty)")
     parser.add_argument("--classes", type=int, default=4, help=f"2 to {len(SHAPES)}: {', '.join(SHAPES)}")

@@ -1,7 +1,7 @@
 """Built-in MNIST-format data: rendered digits written as the four MNIST IDX files.
 
 MNIST itself is a download, which segperf never does; the CPU study only needs 28x28 grayscale
-digits with labels, in MNIST's files, so that the real reading path (segperf.data.idx) runs. Each
+digits with labels, in MNIST's files, so that the real reading path (segperf.data.mnist.idx) runs. Each
 image is a digit drawn in one of several fonts — Pillow's built-in font plus the TrueType fonts
 found on the machine, picked deterministically — at a random size, stroke weight, slant, small
 rotation and offset, anti-aliased, with a little sensor-like noise. Everything is seeded: the
@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from segperf.data.folders import build_folder, ensure_folder
-from segperf.data.idx import write_idx
+from segperf.data.mnist.idx import write_idx
 
 SIDE = 28  # MNIST's image side
 # split -> (images file, labels file), MNIST's names
@@ -136,7 +136,7 @@ def ensure_builtin(cache_dir: str | Path, train: int = 60000, test: int = 10000,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m segperf.data.digits", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m segperf.data.mnist.digits", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder to create (must not exist or be empty)")
     parser.add_argument("--train", type=int, default=60000)
     parser.add_argument("--test", type=int, default=10000)

@@ -99,7 +99,7 @@ def scan_layout(root: str | Path) -> Layout:
 
 def find_samples(root: str | Path) -> list[Sample]:
     """Every image with its mask, sorted by (car, view). Raises with the offending files named
-    (an image without a mask too; a run lists every problem at once, see segperf.data.checks)."""
+    (an image without a mask too; a run lists every problem at once, see segperf.data.carvana.checks)."""
     layout = scan_layout(root)
     missing = [mask for _, mask in layout.no_mask]
     if missing:

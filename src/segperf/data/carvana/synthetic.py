@@ -182,7 +182,7 @@ def ensure_synthetic(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m segperf.data.synthetic", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m segperf.data.carvana.synthetic", description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="folder to create (must not exist or be empty)")
     ap.add_argument("--cars", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)

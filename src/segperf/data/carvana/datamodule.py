@@ -9,14 +9,14 @@ import torch
 from torch.utils.data import SequentialSampler, Subset
 
 from segperf.config import segperf_cache_dir
-from segperf.data.augment import DeviceAugment, HostAugment, seed_worker
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, cache_key, get_cache
-from segperf.data.checks import apply_policy, check_layout
+from segperf.data.carvana.augment import DeviceAugment, HostAugment, seed_worker
+from segperf.data.carvana.checks import apply_policy, check_layout
+from segperf.data.carvana.dataset import CarvanaDataset
+from segperf.data.carvana.layout import Split, scan_layout, split_by_car
+from segperf.data.carvana.synthetic import ensure_synthetic
 from segperf.data.cold import PageCache, drop_page_cache, warm
-from segperf.data.dataset import CarvanaDataset
-from segperf.data.layout import Split, scan_layout, split_by_car
-from segperf.data.synthetic import ensure_synthetic
 from segperf.errors import DataSizeError
 
 
@@ -28,16 +28,16 @@ class CarvanaDataModule(RunDataModule):
     count larger than the split wraps around without repeating within a pass). Validation uses
     `val_images` evenly spaced samples of the validation split.
 
-    The data-pipeline axes: `decode` (full | reduced, segperf.data.decode), `cache` (off |
+    The data-pipeline axes: `decode` (full | reduced, segperf.data.carvana.decode), `cache` (off |
     memory | device, segperf.data.cache; with `device` the loaders are `DeviceBatches`, not
-    DataLoaders), `augment` (off | basic, training only, segperf.data.augment) and `cold_cache`
+    DataLoaders), `augment` (off | basic, training only, segperf.data.carvana.augment) and `cold_cache`
     (drop the data files from the OS page cache in `setup`, segperf.data.cold).
 
     The settings arrive checked (segperf.schema: the options by their enums while composing,
     the ranges by check_settings), so the constructor only keeps them.
     """
 
-    # seeds each worker, including the augmentation's own generator (segperf.data.augment)
+    # seeds each worker, including the augmentation's own generator (segperf.data.carvana.augment)
     worker_init_fn = staticmethod(seed_worker)
 
     def __init__(
@@ -73,7 +73,7 @@ class CarvanaDataModule(RunDataModule):
         self.persistent_workers = persistent_workers
         self.synthetic = dict(synthetic or {})
         self.on_bad_sample = on_bad_sample
-        # the data-pipeline axes: segperf.data.decode, .cache, .augment and .cold
+        # the data-pipeline axes: segperf.data.carvana.decode, .cache, .augment and .cold
         self.decode, self.cache, self.augment = decode, cache, augment
         self.cold_cache = cold_cache
         self.page_cache: PageCache = warm()

@@ -12,7 +12,7 @@ sorted by name and numbered 0, 1, ... in that order, as torchvision numbers them
 sit in subfolders of a class folder. An image is a file with one of IMAGE_EXTENSIONS (any
 case); every other file, and every hidden file or folder (a name starting with "."), is not
 part of the data set and is ignored. Nothing here opens an image: the file checks are
-segperf.data.imagefolder_checks, the decoding segperf.data.imagefolder_dataset.
+segperf.data.imagefolder.checks, the decoding segperf.data.imagefolder.dataset.
 
 Kept free of torch and numpy: the number of classes is read from here while the config is
 resolved (`${imagefolder_classes:...}`, segperf.schema), before the heavy imports.

@@ -1,9 +1,9 @@
 """The image-folder LightningDataModule (`data=imagefolder`): a user's own photos, one folder per
 class, for the third seed's workload (ResNet-18, `model=resnet18`).
 
-The layout and split are segperf.data.imagefolder_layout, the up-front check of every file
-segperf.data.imagefolder_checks, decoding and transforms segperf.data.imagefolder_dataset, the
-cache segperf.data.imagefolder_cache and the built-in folder segperf.data.imagefolder_builtin.
+The layout and split are segperf.data.imagefolder.layout, the up-front check of every file
+segperf.data.imagefolder.checks, decoding and transforms segperf.data.imagefolder.dataset, the
+cache segperf.data.imagefolder.cache and the built-in folder segperf.data.imagefolder.builtin.
 Batches are `(image uint8 [B, H, W, 3], label int64 [B])`; the module converts and normalizes
 on the device. Every axis of the Carvana pipeline applies the same way: workers, prefetch and
 pin through the shared loader (segperf.data.base), `decode` (reduced DCT decode of JPEGs),
@@ -21,15 +21,15 @@ import torch
 from torch.utils.data import SequentialSampler, Subset
 
 from segperf.config import available_cores, segperf_cache_dir
-from segperf.data.augment import seed_worker
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, get_cache
+from segperf.data.carvana.augment import seed_worker
 from segperf.data.cold import PageCache, drop_page_cache, warm
-from segperf.data.imagefolder_builtin import ensure_builtin
-from segperf.data.imagefolder_cache import LABEL, DeviceCropFlip, cache_key
-from segperf.data.imagefolder_checks import apply_policy, check_folder
-from segperf.data.imagefolder_dataset import ImageFolderDataset
-from segperf.data.imagefolder_layout import ClassSplit, FolderLayout, scan_folder, stratified_split
+from segperf.data.imagefolder.builtin import ensure_builtin
+from segperf.data.imagefolder.cache import LABEL, DeviceCropFlip, cache_key
+from segperf.data.imagefolder.checks import apply_policy, check_folder
+from segperf.data.imagefolder.dataset import ImageFolderDataset
+from segperf.data.imagefolder.layout import ClassSplit, FolderLayout, scan_folder, stratified_split
 from segperf.errors import DataLayoutError, DataSizeError
 
 

@@ -1,4 +1,4 @@
-"""One Carvana sample as tensors: decoded from its files (segperf.data.decode) or taken from a
+"""One Carvana sample as tensors: decoded from its files (segperf.data.carvana.decode) or taken from a
 cache of decoded samples (segperf.data.cache), then augmented when training asks for it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch.utils.data import Dataset
 
-from segperf.data.decode import decode_sample
-from segperf.data.layout import Sample
+from segperf.data.carvana.decode import decode_sample
+from segperf.data.carvana.layout import Sample
 
 
 class CarvanaDataset(Dataset):
@@ -15,7 +15,7 @@ class CarvanaDataset(Dataset):
 
     Kept uint8 and HWC on purpose: it is what the decoder produces, it is 4x smaller to move
     than float32, and the module converts both on the device (see SegmentationModule).
-    `decode` is "full" or "reduced" (segperf.data.decode); `cache` a SampleCache holding these
+    `decode` is "full" or "reduced" (segperf.data.carvana.decode); `cache` a SampleCache holding these
     very samples already decoded; `augment` a callable on one sample (HostAugment).
     """
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from segperf.data.cache import Target
-from segperf.data.imagefolder_dataset import CROP_RATIO, CROP_SCALE, FLIP_P
-from segperf.data.imagefolder_layout import ImageSample
+from segperf.data.imagefolder.dataset import CROP_RATIO, CROP_SCALE, FLIP_P
+from segperf.data.imagefolder.layout import ImageSample
 
 
 def cache_key(root: Path, height: int, width: int, decode: str, samples: list[ImageSample]) -> str:

@@ -1,5 +1,5 @@
 """The up-front check of an image folder, before any training, with Carvana's rules
-(segperf.data.checks): every problem found in one pass and listed together, then either stop
+(segperf.data.carvana.checks): every problem found in one pass and listed together, then either stop
 (`data.on_bad_sample=raise`) or leave the bad parts out and record them (`skip`).
 
 Nothing is decoded: each image is opened lazily by PIL for its header (is it an image at all,
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from segperf.data.checks import BadDataError
-from segperf.data.imagefolder_layout import FolderLayout, ImageSample
+from segperf.data.carvana.checks import BadDataError
+from segperf.data.imagefolder.layout import FolderLayout, ImageSample
 
 _TAIL_BYTES = 64
 _PADDING = b"\x00 \t\r\n"  # some writers pad a file after its end marker
