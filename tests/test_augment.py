@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from segperf.data.carvana.augment import DeviceAugment, HostAugment, seed_worker
+from segperf.data.carvana.augment import DeviceAugment, HostAugment
 from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.data.carvana.layout import find_samples
+from segperf.data.seeding import seed_worker
 from tests.test_datamodule import make_dm
 
 

@@ -13,7 +13,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from segperf.data import cache as cache_module
-from segperf.data.cache import DeviceBatches, cache_key, fill_cache
+from segperf.data.cache import DeviceBatches, fill_cache
+from segperf.data.carvana.cache import cache_key
 from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.data.carvana.decode import decode_sample
 from segperf.data.carvana.layout import find_samples

@@ -32,8 +32,8 @@ from segperf.bench.table import REFERENCE, closing_lines, label, table
 from segperf.bench.workloads import LAYOUTS, CarvanaLayout
 from segperf.config import available_cores
 from segperf.data.cache import DeviceBatches, SampleCache
-from segperf.data.carvana.augment import seed_worker
 from segperf.data.cold import PageCache, drop_page_cache, warm
+from segperf.data.seeding import seed_worker
 
 
 # -- the loaders ------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from torch.utils.data import Dataset
 
 from segperf.bench.schema import Settings
 from segperf.config import segperf_cache_dir
-from segperf.data.cache import SampleCache, cache_key, fill_cache
+from segperf.data.cache import SampleCache, fill_cache
 from segperf.data.carvana.augment import DeviceAugment, HostAugment
+from segperf.data.carvana.cache import cache_key
 from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.data.carvana.decode import decode_image
 from segperf.data.carvana.layout import find_samples

@@ -9,8 +9,11 @@ with `use_distributed_sampler=False` (segperf.training.trainer): the seeded glob
 rank by rank (rank r takes positions r, r+world, ...), so no image is seen twice within a
 pass over the data, across ranks, and the ranks together train on `train_images`.
 
-A subclass sets `batch_size`, `seed`, `train_images`, `num_workers`, `prefetch_factor`,
-`pin_memory` and `persistent_workers`, and may seed its workers (`worker_init_fn`).
+The run size and the loader settings (`train_images`, `val_images`, `batch_size`, `seed`,
+`num_workers`, `prefetch_factor`, `pin_memory`, `persistent_workers`: the same keys in every
+conf/data/*.yaml) are taken here, once: a workload's constructor lists its own settings, its
+defaults for the run size, and passes the loader's on (`**loader`). It may seed its workers
+(`worker_init_fn`).
 """
 
 from __future__ import annotations
@@ -51,15 +54,27 @@ class RankShard(Sampler[int]):
 
 
 class RunDataModule(L.LightningDataModule):
-    batch_size: int
-    seed: int
-    train_images: int
-    num_workers: int
-    prefetch_factor: int | None
-    pin_memory: bool
-    persistent_workers: bool
     # called in each worker process on start (None: DataLoader's default)
     worker_init_fn: Callable[[int], Any] | None = None
+
+    def __init__(
+        self,
+        *,
+        train_images: int,
+        val_images: int,
+        batch_size: int,
+        seed: int = 0,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = True,
+    ) -> None:
+        super().__init__()
+        self.train_images, self.val_images, self.batch_size = train_images, val_images, batch_size
+        self.seed = seed
+        # the loader axes (the workers, prefetch and pin groups), read by _loader
+        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
+        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
 
     def _loader(self, dataset: Dataset, sampler=None):
         workers = self.num_workers

@@ -1,8 +1,11 @@
 """Decoded samples kept in memory, the `cache` axis: decode each image once, not once per epoch.
 
+Serves any workload whose samples are an image and a target (`Target`: Carvana's masks, an image
+folder's labels); each workload keys its cache by the files its samples read (`cache_key`).
+
 - `memory`: every sample of a split decoded and resized once, up front (a progress line, then
-  its size in memory), into one uint8 tensor of images [N, H, W, 3] and one of masks [N, H, W]
-  in shared memory. DataLoader workers, forked or spawned, map that same memory: nothing is
+  its size in memory), into one uint8 tensor of images [N, H, W, 3] and one of targets in
+  shared memory. DataLoader workers, forked or spawned, map that same memory: nothing is
   copied per worker. Filling up front (with the run's DataLoader workers) rather than on the
   first pass makes the first pass fast too and keeps fill time out of the data wait; it shows
   in the run's `setup` phase.
@@ -15,8 +18,8 @@
 the real data's 4,064 training images take 1.6 GB.
 
 A cache is found again by its key: the resolved data root, the size, the decode mode and each
-sample's files with their sizes and modification times, so a cache is never used for other
-settings or for files that changed. Sweep jobs run in one process: the last two caches (a
+file with its size and modification time, so a cache is never used for other settings or for
+files that changed. Sweep jobs run in one process: the last two caches (a
 job's train and val) are kept for the next job and reused when its key matches.
 """
 
@@ -29,15 +32,13 @@ import shutil
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-
-from segperf.data.carvana.layout import Sample
 
 DEVICE_SHARE = 0.5  # at most this fraction of a device's free memory goes to the cache
 _KEEP = 2  # caches kept across sweep jobs in one process: one job's train and val
@@ -48,16 +49,19 @@ def bytes_per_sample(height: int, width: int) -> int:
     return height * width * 4  # RGB image + 1-byte mask
 
 
-def cache_key(root: str | Path, height: int, width: int, decode: str, samples: list[Sample]) -> str:
-    """A digest of everything the cached bytes depend on."""
+def cache_key(
+    root: str | Path, height: int, width: int, decode: str, files: Iterable[Path], extra: object = None
+) -> str:
+    """A digest of everything the cached bytes depend on: the resolved data root, the size, the
+    decode mode, each file's name, size and modification time (a changed file is never served),
+    and `extra`, what else a workload's samples carry (an image folder's labels)."""
     root = Path(root)
-    files = [
-        [str(p.relative_to(root) if p.is_relative_to(root) else p), st.st_size, st.st_mtime_ns]
-        for s in samples
-        for p in (s.image, s.mask)
+    entries = [
+        [(p.relative_to(root) if p.is_relative_to(root) else p).as_posix(), st.st_size, st.st_mtime_ns]
+        for p in files
         for st in (p.stat(),)
     ]
-    text = json.dumps([str(Path(root).resolve()), height, width, decode, files])
+    text = json.dumps([str(root.resolve()), height, width, decode, entries, extra])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

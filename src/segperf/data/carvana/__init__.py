@@ -2,3 +2,7 @@
 
 Kept import-free so `python -m segperf.data.carvana.synthetic` does not pull in torch and Lightning.
 """
+
+from segperf.data import lazy_exports
+
+__getattr__ = lazy_exports(__name__, {"CarvanaDataModule": "segperf.data.carvana.datamodule"})

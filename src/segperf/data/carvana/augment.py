@@ -6,8 +6,8 @@ image only. It is about quality (more varied inputs), not speed, so `+opt=all` l
 
 - `HostAugment`: albumentations 2.0.8 on each decoded (or cached) sample, in the DataLoader
   workers. Its Compose keeps its own random generator, which neither torch nor Lightning seeds,
-  so forked workers would all draw the same "random" augmentations: `seed_worker` reseeds it in
-  each worker.
+  so forked workers would all draw the same "random" augmentations: segperf.data.seeding's
+  `seed_worker` reseeds it (`reseed`) in each worker.
 - `DeviceAugment`: the same set with torch ops on a whole batch where it already is (the
   accelerator with `cache=device`), so caching on the device does not mean losing augmentation.
   Same probabilities and ranges; the jitter applies brightness, contrast and saturation in a
@@ -17,14 +17,9 @@ image only. It is about quality (more varied inputs), not speed, so `+opt=all` l
 
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import get_worker_info
 
 # The basic set, shared by both implementations.
 FLIP_P = 0.5
@@ -71,25 +66,6 @@ class HostAugment:
         out = self.transform(image=image.numpy(), mask=mask.numpy())
         # a flip returns a negatively strided view, which torch.from_numpy refuses
         return torch.from_numpy(np.ascontiguousarray(out["image"])), torch.from_numpy(np.ascontiguousarray(out["mask"]))
-
-
-def seed_worker(worker_id: int) -> None:
-    """DataLoader `worker_init_fn`: seeds the worker's augmentation generator from its torch seed,
-    so each worker draws different augmentations and a run with the same seed draws the same ones.
-
-    torch already seeds torch, `random` and numpy in each worker (base seed + worker id), but not
-    albumentations' own generator. After `seed_everything(workers=True)` (every training run),
-    Lightning's rank-aware seeding runs first, as it would have without this function (Lightning
-    adds its own only to loaders that have none)."""
-    lightning_seed = sys.modules.get("lightning.fabric.utilities.seed")  # never imported here: ~2 s per worker
-    if lightning_seed is not None and int(os.environ.get("PL_SEED_WORKERS", 0)):
-        lightning_seed.pl_worker_init_function(worker_id)
-    info = get_worker_info()
-    dataset: Any = info.dataset if info is not None else None
-    while dataset is not None and not hasattr(dataset, "augment"):  # Subset -> CarvanaDataset
-        dataset = getattr(dataset, "dataset", None)
-    if dataset is not None and dataset.augment is not None:
-        dataset.augment.reseed(torch.initial_seed())
 
 
 class DeviceAugment:

@@ -19,23 +19,16 @@ import os
 import time
 import warnings
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
 from segperf.data.carvana.layout import MASK_RE, Layout, Sample
-from segperf.errors import SegperfError
+from segperf.data.filechecks import BadDataError, check_each, tail
 
-_TAIL_BYTES = 64
-_PADDING = b"\x00 \t\r\n"  # some writers pad a file after its end marker
 JPEG_SOI, JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
 GIF_MAGIC, GIF_TRAILER = b"GIF8", b"\x3b"
-
-
-class BadDataError(SegperfError, ValueError):
-    """Samples that cannot be read; the message names them and the two ways out."""
 
 
 # the kinds of problem, in the order an error lists them, and how a count of each reads
@@ -81,18 +74,12 @@ class CheckReport:
         return ", ".join(f"{n} {words}" for n, words in found if n)
 
 
-def _tail(path: Path, size: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(max(0, size - _TAIL_BYTES))
-        return f.read().rstrip(_PADDING)
-
-
 def _starts_but_not_ends(path: Path, size: int, magic: bytes, end: bytes) -> bool:
     """A file with the format's opening bytes but not its end marker: a cut-off download."""
     try:
         with open(path, "rb") as f:
             head = f.read(len(magic))
-        return head == magic and not _tail(path, size).endswith(end)
+        return head == magic and not tail(path, size).endswith(end)
     except OSError:
         return False
 
@@ -133,7 +120,7 @@ def _check_file(path: Path, kind: FileKind) -> tuple[str | None, str, tuple[int,
     if fmt != kind.format:
         return f"{kind.wrong_format} (PIL reads it as {fmt})", "corrupt", None
     try:
-        if not _tail(path, size).endswith(kind.end):
+        if not tail(path, size).endswith(kind.end):
             return f"{kind.truncated})", "truncated", dims
     except OSError as error:
         return f"unreadable {kind.noun} ({error.strerror or error})", "unreadable", None
@@ -187,11 +174,7 @@ def check_samples(
     the samples' mask folders unless given."""
     start = time.perf_counter()
     items: list[Sample | tuple[Path, Path]] = [*samples, *no_mask]
-    if workers > 1 and len(items) > 1:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segperf-check") as pool:
-            results = list(pool.map(_check_one, items))
-    else:
-        results = [_check_one(s) for s in items]
+    results = check_each(_check_one, items, workers)
     bad = sorted((b for r in results for b in r), key=lambda b: (str(b.path), list(KINDS).index(b.kind)))
     return CheckReport(
         checked=len(items),

@@ -10,13 +10,15 @@ from torch.utils.data import SequentialSampler, Subset
 
 from segperf.config import segperf_cache_dir
 from segperf.data.base import RunDataModule, evenly_spaced
-from segperf.data.cache import DeviceBatches, cache_key, get_cache
-from segperf.data.carvana.augment import DeviceAugment, HostAugment, seed_worker
+from segperf.data.cache import DeviceBatches, get_cache
+from segperf.data.carvana.augment import DeviceAugment, HostAugment
+from segperf.data.carvana.cache import cache_key
 from segperf.data.carvana.checks import apply_policy, check_layout
 from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.data.carvana.layout import Split, scan_layout, split_by_car
 from segperf.data.carvana.synthetic import ensure_synthetic
 from segperf.data.cold import PageCache, drop_page_cache, warm
+from segperf.data.seeding import seed_worker
 from segperf.errors import DataSizeError
 
 
@@ -37,7 +39,7 @@ class CarvanaDataModule(RunDataModule):
     the ranges by check_settings), so the constructor only keeps them.
     """
 
-    # seeds each worker, including the augmentation's own generator (segperf.data.carvana.augment)
+    # seeds each worker, including the augmentation's own generator (segperf.data.seeding)
     worker_init_fn = staticmethod(seed_worker)
 
     def __init__(
@@ -49,28 +51,19 @@ class CarvanaDataModule(RunDataModule):
         train_images: int = 3000,
         val_images: int = 60,
         batch_size: int = 6,
-        seed: int = 0,
-        num_workers: int = 0,
-        prefetch_factor: int | None = None,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
         on_bad_sample: str = "raise",
         decode: str = "full",
         cache: str = "off",
         augment: str = "off",
         cold_cache: bool = False,
         synthetic: dict[str, Any] | None = None,
+        **loader: Any,
     ) -> None:
-        super().__init__()
+        # seed, num_workers, prefetch_factor, pin_memory, persistent_workers: segperf.data.base
+        super().__init__(train_images=train_images, val_images=val_images, batch_size=batch_size, **loader)
         self.root = root
         self.height, self.width = height, width
         self.holdout_frac = holdout_frac
-        self.train_images, self.val_images, self.batch_size = train_images, val_images, batch_size
-        self.seed = seed
-        self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
-        self.pin_memory = pin_memory
-        self.persistent_workers = persistent_workers
         self.synthetic = dict(synthetic or {})
         self.on_bad_sample = on_bad_sample
         # the data-pipeline axes: segperf.data.carvana.decode, .cache, .augment and .cold

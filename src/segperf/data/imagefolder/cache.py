@@ -1,41 +1,35 @@
 """The `cache` axis for image folders: each image decoded and transformed once, at the target size.
 
-As for Carvana (segperf.data.cache, whose caches, DeviceBatches and size check serve both):
-`memory` fills one uint8 tensor of images [N, H, W, 3] in shared memory, up front, with the
-run's DataLoader workers, and every worker maps it; `device` keeps it on the accelerator and
-indexes batches out of it there (no DataLoader). The second tensor of a SampleCache holds the
-labels, int64 [N], where Carvana's holds masks. What is cached is each image's validation
-transform (resize to cover, centre crop); training crops and flips from it, on the host
-(`augment=basic`, albumentations in the loader) or on the device (DeviceCropFlip). A crop taken
-from the cached H x W image rather than from the full photo is a little softer: the price of
-decoding each image once. Filling and finding a cache is Carvana's (segperf.data.cache.get_cache),
-told that the target is a LABEL, not a mask.
+With the shared decoded-sample cache (segperf.data.cache: its caches, DeviceBatches and size
+check), as for every workload: `memory` fills one uint8 tensor of images [N, H, W, 3] in shared
+memory, up front, with the run's DataLoader workers, and every worker maps it; `device` keeps it
+on the accelerator and indexes batches out of it there (no DataLoader). The second tensor of a
+SampleCache holds the labels, int64 [N], where Carvana's holds masks. What is cached is each
+image's validation transform (resize to cover, centre crop); training crops and flips from it,
+on the host (`augment=basic`, albumentations in the loader) or on the device (DeviceCropFlip). A
+crop taken from the cached H x W image rather than from the full photo is a little softer: the
+price of decoding each image once. get_cache is told that the target is a LABEL, not a mask.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from pathlib import Path
 
 import torch
 
 from segperf.data.cache import Target
+from segperf.data.cache import cache_key as files_key
 from segperf.data.imagefolder.dataset import CROP_RATIO, CROP_SCALE, FLIP_P
 from segperf.data.imagefolder.layout import ImageSample
 
 
 def cache_key(root: Path, height: int, width: int, decode: str, samples: list[ImageSample]) -> str:
-    """A digest of everything the cached pixels depend on: the folder, the size, the decode mode
-    and each image's name, label, size and modification time (a changed file is never served)."""
-    files = []
-    for s in samples:
-        st = s.path.stat()
-        name = s.path.relative_to(root) if s.path.is_relative_to(root) else s.path
-        files.append([name.as_posix(), s.label, st.st_size, st.st_mtime_ns])
-    text = json.dumps(["imagefolder", str(Path(root).resolve()), height, width, decode, files])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A digest of everything the cached pixels depend on: the folder, the size, the decode mode,
+    each image's file (name, size, modification time: a changed file is never served) and label."""
+    return files_key(
+        root, height, width, decode, [s.path for s in samples], ["imagefolder", [s.label for s in samples]]
+    )
 
 
 # what an image folder's cache holds beside each image: its class label

@@ -1,6 +1,7 @@
 """The up-front check of an image folder, before any training, with Carvana's rules
-(segperf.data.carvana.checks): every problem found in one pass and listed together, then either stop
-(`data.on_bad_sample=raise`) or leave the bad parts out and record them (`skip`).
+(segperf.data.carvana.checks; both share segperf.data.filechecks): every problem found in one
+pass and listed together, then either stop (`data.on_bad_sample=raise`) or leave the bad parts
+out and record them (`skip`).
 
 Nothing is decoded: each image is opened lazily by PIL for its header (is it an image at all,
 which format, which size), and for the formats that have one, the end of the file is read for
@@ -24,17 +25,14 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
-from segperf.data.carvana.checks import BadDataError
+from segperf.data.filechecks import BadDataError, check_each, tail
 from segperf.data.imagefolder.layout import FolderLayout, ImageSample
 
-_TAIL_BYTES = 64
-_PADDING = b"\x00 \t\r\n"  # some writers pad a file after its end marker
 # PIL's format name -> (first bytes, end marker): a file with the first but not the second was cut off
 END_MARKERS = {
     "JPEG": (b"\xff\xd8", b"\xff\xd9"),
@@ -82,12 +80,6 @@ class FolderReport:
         return ", ".join(f"{n} {words}" for n, words in found if n)
 
 
-def _tail(path: Path, size: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(max(0, size - _TAIL_BYTES))
-        return f.read().rstrip(_PADDING)
-
-
 def _head(path: Path, n: int = 16) -> bytes:
     with open(path, "rb") as f:
         return f.read(n)
@@ -114,7 +106,7 @@ def check_image(path: Path) -> Problem | None:
                 path, f"not an image (PIL cannot identify it) despite its {path.suffix} name", "not an image"
             )
         try:
-            cut = not _tail(path, size).endswith(END_MARKERS[starts_like][1])
+            cut = not tail(path, size).endswith(END_MARKERS[starts_like][1])
         except OSError:
             cut = False
         if cut:
@@ -124,7 +116,7 @@ def check_image(path: Path) -> Problem | None:
         return Problem(path, f"corrupt {fmt} (size {width}x{height})", "corrupt")
     if fmt in END_MARKERS:
         try:
-            if not _tail(path, size).endswith(END_MARKERS[fmt][1]):
+            if not tail(path, size).endswith(END_MARKERS[fmt][1]):
                 return Problem(path, f"truncated {fmt} (no end marker: the file was cut short)", "truncated")
         except OSError as error:
             return Problem(path, f"unreadable ({error.strerror or error})", "unreadable")
@@ -137,11 +129,7 @@ def check_folder(layout: FolderLayout, workers: int = 1) -> FolderReport:
     start = time.perf_counter()
     samples = layout.samples
     paths = [s.path for s in samples]
-    if workers > 1 and len(paths) > 1:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segperf-check") as pool:
-            found = list(pool.map(check_image, paths))
-    else:
-        found = [check_image(p) for p in paths]
+    found = check_each(check_image, paths, workers)
     problems = [p for p in found if p is not None]
     problems += [Problem(p.path, p.reason, p.kind) for p in layout.problems]
     problems.sort(key=lambda p: (list(KINDS).index(p.kind), str(p.path)))

@@ -23,13 +23,13 @@ from torch.utils.data import SequentialSampler, Subset
 from segperf.config import available_cores, segperf_cache_dir
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, get_cache
-from segperf.data.carvana.augment import seed_worker
 from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.imagefolder.builtin import ensure_builtin
 from segperf.data.imagefolder.cache import LABEL, DeviceCropFlip, cache_key
 from segperf.data.imagefolder.checks import apply_policy, check_folder
 from segperf.data.imagefolder.dataset import ImageFolderDataset
 from segperf.data.imagefolder.layout import ClassSplit, FolderLayout, scan_folder, stratified_split
+from segperf.data.seeding import seed_worker
 from segperf.errors import DataLayoutError, DataSizeError
 
 
@@ -50,27 +50,20 @@ class ImageFolderDataModule(RunDataModule):
         train_images: int = 6000,
         val_images: int = 1000,
         batch_size: int = 32,
-        seed: int = 0,
-        num_workers: int = 0,
-        prefetch_factor: int | None = None,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
         on_bad_sample: str = "raise",
         decode: str = "full",
         cache: str = "off",
         augment: str = "basic",
         cold_cache: bool = False,
         builtin: dict[str, Any] | None = None,
+        **loader: Any,
     ) -> None:
-        super().__init__()
+        # seed, num_workers, prefetch_factor, pin_memory, persistent_workers: segperf.data.base
+        super().__init__(train_images=train_images, val_images=val_images, batch_size=batch_size, **loader)
         self.root = root
         self.height, self.width = height, width
         self.holdout_frac, self.split_seed = holdout_frac, split_seed
         self.num_classes = num_classes
-        self.train_images, self.val_images, self.batch_size = train_images, val_images, batch_size
-        self.seed = seed
-        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
-        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
         self.on_bad_sample = on_bad_sample
         self.decode, self.cache, self.augment = decode, cache, augment
         self.cold_cache = cold_cache

@@ -85,7 +85,7 @@ class Transforms:
         self.train = A.Compose([crop, A.HorizontalFlip(p=FLIP_P)], seed=int(seed) % 2**32)
 
     def reseed(self, seed: int) -> None:
-        """A DataLoader worker's own draws (segperf.data.carvana.augment.seed_worker calls this)."""
+        """A DataLoader worker's own draws (segperf.data.seeding.seed_worker calls this)."""
         self.train.set_random_seed(int(seed) % 2**32)
 
 
@@ -116,7 +116,7 @@ class ImageFolderDataset(Dataset):
         self.cache = cache
         self.transforms = Transforms(height, width, seed)
         self.random = train and augment == "basic"
-        # what segperf.data.carvana.augment.seed_worker reseeds in each worker (None: nothing random)
+        # what segperf.data.seeding.seed_worker reseeds in each worker (None: nothing random)
         self.augment = self.transforms if self.random else None
         self.labels = torch.tensor([s.label for s in samples], dtype=torch.int64)
 

@@ -126,19 +126,12 @@ class MnistDataModule(RunDataModule):
         train_images: int = 60000,
         val_images: int = 10000,
         batch_size: int = 64,
-        seed: int = 0,
-        num_workers: int = 0,
-        prefetch_factor: int | None = None,
-        pin_memory: bool = False,
-        persistent_workers: bool = True,
         builtin: dict[str, Any] | None = None,
+        **loader: Any,
     ) -> None:
-        super().__init__()
+        # seed, num_workers, prefetch_factor, pin_memory, persistent_workers: segperf.data.base
+        super().__init__(train_images=train_images, val_images=val_images, batch_size=batch_size, **loader)
         self.root = root
-        self.train_images, self.val_images, self.batch_size = train_images, val_images, batch_size
-        self.seed = seed
-        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
-        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
         self.builtin = dict(builtin or {})
         self.split: DigitsSplit | None = None
 
