@@ -1,5 +1,6 @@
 """The architecture README's "Layout" and "Architecture" sections describe, held against the code:
-what may import what, the size of the top level, files and the recipe, a Trainer from config."""
+which package may import which (the data sources apart from each other, the shared data modules
+apart from every source), the recipe on one screen, a Trainer from config."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def package_imports(package: str) -> dict[str, set[str]]:
         ("perf", ("segperf.model", "segperf.data", "segperf.training", "segperf.report", "segperf.inference")),
         ("report", ("segperf.model", "segperf.data", "segperf.training", "segperf.inference", "torch", "lightning")),
         ("bench", ("segperf.report", "segperf.training", "segperf.model")),
-        ("data", ("segperf.model", "segperf.training", "segperf.report")),
+        # the data sources know nothing of the commands that use them (training, inference, the bench)
+        ("data", ("segperf.model", "segperf.training", "segperf.report", "segperf.bench", "segperf.inference")),
         ("model", ("segperf.data", "segperf.training", "segperf.report")),
         # the tuner decides on probes and runs them as training jobs through Hydra's launcher: it
         # never builds a net, a loader or a trainer itself
@@ -51,15 +53,46 @@ def test_each_package_imports_only_what_the_architecture_allows(package, forbidd
     assert {f: m for f, m in offending.items() if m} == {}
 
 
-def test_the_top_of_the_package_holds_only_command_lines_and_shared_modules():
-    top = sorted(p.name for p in SRC.glob("*.py"))
-    assert len(top) <= 7, top
-    assert {"train.py", "infer.py", "config.py", "schema.py", "errors.py"} <= set(top)
+DATA = SRC / "data"
+WORKLOADS = ("carvana", "imagefolder", "mnist")  # data/<workload>/: one folder per data source
+# the modules at data/ that only run a moved generator under its first command name (runpy, no import)
+COMMAND_ALIASES = {"synthetic.py", "digits.py"}
 
 
-def test_no_source_file_is_over_400_lines():
-    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
-    assert long == {}
+def segperf_imports(path: Path) -> set[str]:
+    return {m for m in imported_modules(path) if m.startswith("segperf.")}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_no_data_source_imports_another(workload):
+    others = tuple(f"segperf.data.{other}" for other in WORKLOADS if other != workload)
+    offending = {
+        str(p.relative_to(DATA)): sorted(m for m in segperf_imports(p) if m.startswith(others))
+        for p in (DATA / workload).rglob("*.py")
+    }
+    assert {f: m for f, m in offending.items() if m} == {}
+
+
+def test_the_shared_data_modules_import_no_data_source():
+    sources = tuple(f"segperf.data.{workload}" for workload in WORKLOADS)
+    shared = [p for p in DATA.glob("*.py") if p.name not in COMMAND_ALIASES]
+    assert {"base.py", "cache.py", "cold.py", "prefetch.py", "resumable.py", "folders.py"} <= {p.name for p in shared}
+    offending = {p.name: sorted(m for m in segperf_imports(p) if m.startswith(sources)) for p in shared}
+    assert {f: m for f, m in offending.items() if m} == {}
+    # the command aliases run the moved generators, they import nothing of them
+    assert all(not segperf_imports(DATA / name) for name in COMMAND_ALIASES)
+
+
+def test_the_decoded_sample_cache_imports_no_data_source():
+    """cache.py serves any sample type: Carvana's masks and an image folder's labels alike."""
+    assert not any(
+        m.startswith(tuple(f"segperf.data.{w}" for w in WORKLOADS)) for m in segperf_imports(DATA / "cache.py")
+    )
+
+
+def test_each_data_source_has_a_folder_and_a_datamodule():
+    assert sorted(p.name for p in DATA.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == sorted(WORKLOADS)
+    assert all((DATA / workload / "datamodule.py").is_file() for workload in WORKLOADS)
 
 
 def test_train_reads_as_a_recipe_on_one_screen():
