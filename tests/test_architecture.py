@@ -1,5 +1,5 @@
-"""The architecture README's "Layout" and "Architecture" sections describe, held against the code:
-what may import what, the size of the top level, files and the recipe, a Trainer from config."""
+"""What docs/architecture.md ("Layout", "Where data flows, what may import what") describes, held
+against the code: what may import what, the size of the top level, files and the recipe, a Trainer from config."""
 
 from __future__ import annotations
 
