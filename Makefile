@@ -40,7 +40,7 @@ GPU_SDISTS     := antlr4-python3-runtime==4.9.3
 GPU_WHEELS_MAX_MIB := 40
 GPU_PIP        := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m pip
 
-.PHONY: setup demo test test-fast lint tensorboard clean ladder report bench-data cpu-study tune gpu-wheels
+.PHONY: setup demo test test-fast lint docs tensorboard clean ladder report bench-data cpu-study tune gpu-wheels
 
 setup: $(STAMP)
 
@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(firstword $(TORCH))" $(wordlist 2,99,$(TORCH))
-	$(BIN)/python -m pip install --quiet -e ".[dev,onnx,slurm]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,onnx,slurm,docs]"
 	touch $@
 
 demo: setup  ## the main job: a baseline training run on the built-in data
@@ -93,9 +93,12 @@ lint: setup
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/ruff format --check src tests scripts
 
+docs: setup  ## the documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or anchor stops it
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 tensorboard: setup
 	$(BIN)/tensorboard --logdir outputs
 
 clean:
-	rm -rf outputs lightning_logs .pytest_cache .ruff_cache
+	rm -rf outputs lightning_logs site .pytest_cache .ruff_cache
 	find multirun -mindepth 1 ! -name README.md -prune -exec rm -rf {} +

@@ -1,6 +1,6 @@
-"""The architecture README's "Layout" and "Architecture" sections describe, held against the code:
-which package may import which (the data sources apart from each other, the shared data modules
-apart from every source), the recipe on one screen, a Trainer from config."""
+"""What docs/architecture.md ("Layout", "Where data flows, what may import what") describes, held
+against the code: which package may import which (the data sources apart from each other, the shared
+data modules apart from every source), the recipe on one screen, a Trainer from config."""
 
 from __future__ import annotations
 

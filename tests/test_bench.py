@@ -16,6 +16,7 @@ import torch
 
 from segperf.bench.__main__ import main
 from tests.conftest import REPO
+from tests.doc_commands import segperf_commands
 
 TINY = ["data.height=64", "data.width=96", "images=8", "batch_size=4", "min_seconds=0.05"]
 ROW_KEYS = {"loader", "decode", "cache", "workers", "pin", "augment", "images_per_s", "ratio_vs_naive", "note"}
@@ -150,12 +151,10 @@ def test_an_unknown_benchmark_prints_usage():
 
 
 # -- the commands the docs show --------------------------------------------------------------
-def doc_commands(path: str) -> list[list[str]]:
-    """The overrides of every `python -m segperf.bench data ...` line in a code block of `path`."""
-    text = (REPO / path).read_text()
-    blocks = [b.split("```", 1)[0] for b in text.split("```bash")[1:]]
-    lines = [line for block in blocks for line in block.splitlines()]
-    return [shlex.split(line, comments=True)[4:] for line in lines if line.startswith("python -m segperf.bench data")]
+def doc_commands(*pages: str) -> list[list[str]]:
+    """The overrides of every `python -m segperf.bench data ...` line in a ```bash block of `pages`
+    (default: the README and every docs page)."""
+    return [args[1:] for args in segperf_commands("segperf.bench", list(pages) or None) if args[:1] == ["data"]]
 
 
 def makefile_bench_args() -> list[list[str]]:
@@ -168,26 +167,27 @@ def makefile_bench_args() -> list[list[str]]:
 def test_the_docs_and_the_makefile_show_bench_commands_that_pass_the_checks(tiny_carvana, capsys):
     from segperf.bench.cli import check
 
-    readme = doc_commands("README.md")
-    assert len(readme) == 5  # the quick start's line and the four of "Loader benchmark"
-    commands = [*readme, *doc_commands("docs/BENCHMARKS.md"), *makefile_bench_args()]
-    assert len(commands) == 5 + 2 + 2
+    guide = doc_commands("README.md", "docs/loader-benchmark.md")
+    assert len(guide) == 5  # the README's quick-start line and the four of the loader benchmark's page
+    commands = [*doc_commands(), *makefile_bench_args()]
+    assert len(commands) == 5 + 2 + 2  # with BENCHMARKS.md's two and the Makefile's two
     for args in commands:
         assert check([a.replace("/path/to/carvana", str(tiny_carvana)) for a in args]) == [], args
 
 
 @pytest.mark.slow
 def test_the_readmes_bench_commands_run_as_shown(tiny_carvana, tmp_path):
-    """Each README command as a user runs it (a subprocess), with the tiny size appended: later
-    overrides win, so the command's own settings stay as shown."""
+    """Each command of the README and the loader benchmark's page as a user runs it (a subprocess),
+    with the tiny size appended: later overrides win, so the command's own settings stay as shown."""
     from hydra import compose, initialize_config_dir
 
     from segperf.bench.schema import settings
     from segperf.config import CONFIG_DIR
 
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "PYTHONPATH": str(REPO), "SEGPERF_CACHE": str(tmp_path)}
-    commands = [c for i, c in enumerate(doc_commands("README.md")) if c not in doc_commands("README.md")[:i]]
-    assert len(commands) == 4  # the quick start's line is the section's first
+    shown = doc_commands("README.md", "docs/loader-benchmark.md")
+    commands = [c for i, c in enumerate(shown) if c not in shown[:i]]
+    assert len(commands) == 4  # the README's quick-start line is the page's first
     for number, shown in enumerate(commands):
         args = [a.replace("/path/to/carvana", str(tiny_carvana)) for a in shown]
         if not any(a.startswith("data.root=") for a in args):

@@ -1,11 +1,10 @@
-"""A data-parallel run's set-up (trainer=ddp): what the config composes to, the README's
+"""A data-parallel run's set-up (trainer=ddp): what the config composes to, the docs'
 scaling-out commands included, and each rank's own share of the training and validation data."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -132,22 +131,19 @@ def test_fewer_images_than_ranks_is_a_clear_error(tiny_carvana):
         make_dm(tiny_carvana, 0, 3, train_images=2).train_dataloader()
 
 
-# -- the README's commands ----------------------------------------------------------------------
+# -- the docs' commands -------------------------------------------------------------------------
 def scaling_out_commands() -> list[list[str]]:
-    """The `python -m segperf.train` commands of the README's "Scaling out" section, as argv."""
-    import shlex
+    """The `python -m segperf.train` commands of the scaling-out page (docs/scaling-out.md), as argv."""
+    from tests.doc_commands import segperf_commands
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Scaling out", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
-    return [shlex.split(line)[3:] for line in block.splitlines() if line.startswith("python -m segperf.train")]
+    return segperf_commands("segperf.train", ["docs/scaling-out.md"])
 
 
 def first_of_each_sweep(args: list[str]) -> list[str]:
     return [a.split(",")[0] if "=" in a and "," in a and "[" not in a else a for a in args if a != "-m"]
 
 
-def test_readme_scaling_out_commands_compose_with_matching_ddp_and_slurm_settings():
+def test_the_scaling_out_pages_commands_compose_with_matching_ddp_and_slurm_settings():
     from hydra import compose, initialize_config_dir
 
     from segperf.config import CONFIG_DIR

@@ -99,7 +99,7 @@ def test_slurm_sweep_submits_an_sbatch_script_with_the_settings(tmp_path, monkey
 @pytest.mark.slow
 def test_local_submitit_sweep_runs_both_jobs_into_named_run_folders(tmp_path, tiny_carvana):
     args = ["-m", "hydra/launcher=local", "pin=off,on", *TINY, f"data.root={tiny_carvana}", "hydra.sweep.dir=sweep"]
-    # the README's command; it needs train.py's `__main__` to call the imported entry point (a
+    # the command of docs/scaling-out.md; it needs train.py's `__main__` to call the imported entry point (a
     # launcher pickles the task function, and one of `__main__` drags torch.backends.cudnn along)
     done = run_cli(args, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,5 +1,5 @@
 """Bad settings stop before any work with one line each; settings this machine cannot honour
-adapt (recorded) or stop, as the README's table says."""
+adapt (recorded) or stop, as the table of docs/troubleshooting.md says."""
 
 import json
 import re

@@ -24,7 +24,6 @@ from segperf.tune.probe import Probe
 from segperf.tune.report import render
 from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
 from segperf.tune.search import QualityCheck, Step, TuneResult
-from tests.conftest import REPO
 
 PIN_REASON = "no CUDA device: pinned memory only speeds up host-to-GPU copies"
 SPEED_PROBE = {"steps": 8, "val_images": 4, "overrides": ["perf.peak_probe=false", "~callbacks.last_checkpoint"]}
@@ -357,18 +356,17 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     assert cfg.model.net.upsample in ("upconv", "deconv")
 
 
-def test_the_readmes_tune_commands_compose(tiny_carvana):
-    """Every `python -m segperf.tune` line of the README's "Tuning" section, and `make tune`'s
-    example, composes as the tune's start (the settings checks included)."""
+def test_the_tuning_pages_commands_compose(tiny_carvana):
+    """Every `python -m segperf.tune` line of the tuning page's first block (docs/tuning.md), and
+    `make tune`'s example, composes as the tune's start (the settings checks included)."""
     import shlex
 
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Tuning\n", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    commands = [shlex.split(line, comments=True) for line in block.splitlines()]
+    from tests.doc_commands import commands_in
+
+    commands = [c.argv for c in commands_in("docs/tuning.md")]
     tunes = [c[3:] for c in commands if c[:3] == ["python", "-m", "segperf.tune"]]
     tunes += [shlex.split(c[-1].split("=", 1)[1]) for c in commands if c[:2] == ["make", "tune"]]
-    assert len(tunes) == 4
+    assert len(tunes) == 5  # four in the first block, and the real tune's command
     for args in tunes:
         cfg = compose_tune(*(a.replace("/path/to/carvana", str(tiny_carvana)) for a in args))
         assert cli.settings_problems(cfg.tune) == [] and cli.sweep_problems(args) == []
