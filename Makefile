@@ -27,15 +27,16 @@ TUNE_ARGS   ?=
 SWEEP       ?= $(lastword $(sort $(wildcard multirun/2*/*)))
 
 # `make gpu-wheels`: what scripts/gpu_check.sh installs on the GPU machine (no package index there;
-# docs/GPU.md): the packages its image lacks, as wheels for its CPython 3.12 on manylinux x86-64,
+# docs/GPU.md): the packages its image lacks (the check is a pytest run: tests/gpu/), as wheels for its CPython 3.12 on manylinux x86-64,
 # one version each, no dependency resolved by pip (--no-deps): every dependency is named here.
 # hydra-core needs omegaconf, antlr4-python3-runtime 4.9.* and packaging; omegaconf needs antlr4 and
 # PyYAML. antlr4-python3-runtime 4.9.3 is a source release only: built here (pure Python, any 3.x).
 # PyYAML and packaging are on the image as described; they travel in case, installed only if missing.
+# pytest needs pluggy, iniconfig, packaging and Pygments (Requires-Dist of pytest 9.2).
 # albumentations is not here: imported only with augment=basic, which the check never uses.
 GPU_WHEELS_DIR ?= .whl
 GPU_PYVER      ?= 3.12
-GPU_WHEELS     := hydra-core==1.3.8 omegaconf==2.3.1 packaging==26.4 PyYAML==6.0.4
+GPU_WHEELS     := hydra-core==1.3.8 omegaconf==2.3.1 packaging==26.4 PyYAML==6.0.4 pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 Pygments==2.21.0
 GPU_SDISTS     := antlr4-python3-runtime==4.9.3
 GPU_WHEELS_MAX_MIB := 40
 GPU_PIP        := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m pip

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# One prepared check of every GPU claim segperf makes, in one offline run (docs/GPU.md).
+# The GPU check in one offline call (docs/GPU.md): the tests of tests/gpu/ on a lent GPU machine.
 #
 #   bash scripts/gpu_check.sh              # on the GPU machine, $OUT set, the .whl/ folder carried
 #   bash scripts/gpu_check.sh --rehearse   # the same steps on this CPU: tiny sizes, a fake NVML
 #
-# 1. installs the wheels of `make gpu-wheels` that the machine lacks into a temp folder
-#    (pip --no-index --no-deps --target), checks every import, and runs the project from src/
-#    against the machine's own torch;
-# 2. one sweep (size=gpu_check: the seed's run with 600 training images): the seed's ladder
-#    +opt=0_baseline ... 7_bf16, then +opt=all, +opt=all_cache_device, +opt=all_fp16 (presets in
-#    scripts/gpu_check_conf), every run with the probe callback (scripts/gpu_probe.py);
-# 3. the report (python -m segperf.report), then a PASS/FAIL/SKIP verdict per claim, each with its
-#    figure (scripts/gpu_verdicts.py);
-# 4. at most 8 files into $OUT: verdicts.txt, verdicts.json, report.md, three charts,
+# 1. installs the wheels of `make gpu-wheels` that the machine lacks (hydra, pytest, ...) into a
+#    temp folder (pip --no-index --no-deps --target) and runs the project from src/ against the
+#    machine's own torch;
+# 2. runs `pytest tests/gpu/test_claims.py`: its session makes the check's one sweep (the seed's
+#    ladder +opt=0_baseline ... 7_bf16, then +opt=all, all_cache_device, all_fp16; tests/gpu/sweep.py),
+#    its report, and a verdict per claim, one test each (PASS, or FAIL with the figure; SKIP with
+#    the reason where the evidence cannot exist here);
+# 3. leaves at most 8 files in $OUT: verdicts.txt, verdicts.json, report.md, three charts,
 #    results.tar.gz (every results.json, summary.txt, report.json) and gpu_check.log.
 #
 # Environment: OUT (required on the GPU; a rehearsal defaults to a temp folder), PYTHON (python3;
 # a rehearsal: .venv/bin/python if there), GPU_WHEELS_DIR (.whl), GPU_CHECK_BUDGET_S (the whole
-# check's time limit, 480), SEGPERF_CACHE (built-in data and compile caches; a temp folder),
-# GPU_CHECK_WORK (the sweep's folder; a temp folder), GPU_CHECK_ARGS (more Hydra overrides).
+# check's time limit, 480; rehearsed 300), SEGPERF_CACHE (built-in data and compile caches; a temp
+# folder), GPU_CHECK_WORK (the sweep's folder; a temp folder), GPU_CHECK_ARGS (more Hydra overrides
+# for every run of the sweep, e.g. train_images=300).
 # Exit status: 0 ran to the end, no FAIL; 3 ran to the end with a FAIL; 1 the check itself broke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,20 +33,10 @@ esac
 
 if [ "$MODE" = rehearse ]; then
   [ -x .venv/bin/python ] && DEFAULT_PYTHON=.venv/bin/python || DEFAULT_PYTHON=python3
-  # the ladder's first step, its pin step, +opt=all and the device cache (both bf16): compile
-  # takes a minute on a CPU and fp16 seconds a step, so the rehearsal runs eager and has no fp16
-  PLAN=0_baseline,3_pin,all,all_cache_device
-  SIZE=gpu_rehearse
-  MODE_ARGS=(compile=off)
-  TRAIN=(scripts/gpu_train.py)
-  export SEGPERF_FAKE_NVML=1
+  export GPU_CHECK_REHEARSE=1
   BUDGET=${GPU_CHECK_BUDGET_S:-300}
 else
   DEFAULT_PYTHON=python3
-  PLAN=0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16,all,all_cache_device,all_fp16
-  SIZE=gpu_check
-  MODE_ARGS=()
-  TRAIN=(-m segperf.train)
   BUDGET=${GPU_CHECK_BUDGET_S:-480}
 fi
 PY=${PYTHON:-$DEFAULT_PYTHON}
@@ -58,10 +48,8 @@ if [ -z "${OUT:-}" ]; then
 fi
 mkdir -p "$OUT" "$WORK"
 SITE=$WORK/site
-SWEEP=$WORK/sweep
-CONF=$REPO/scripts/gpu_check_conf
 export SEGPERF_CACHE=${SEGPERF_CACHE:-$WORK/cache}
-export PYTHONPATH=$SITE:$REPO/src:$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$SITE:$REPO/src:$REPO${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 NO_ALBUMENTATIONS_UPDATE=1 MPLBACKEND=Agg
 START=$SECONDS
 left() { echo $((BUDGET - (SECONDS - START))); }
@@ -84,6 +72,10 @@ module_of() {
     antlr4_python3_runtime) echo "antlr4 always" ;;
     pyyaml | PyYAML) echo "yaml if-missing" ;;
     packaging) echo "packaging if-missing" ;;
+    pytest) echo "pytest always" ;;
+    pluggy) echo "pluggy always" ;;
+    iniconfig) echo "iniconfig always" ;;
+    pygments | Pygments) echo "pygments if-missing" ;;
     *) echo "" ;;
   esac
 }
@@ -117,36 +109,19 @@ done
   --target "$SITE" "${install[@]}"
 say "installed into $SITE: $(for w in "${install[@]}"; do basename "$w"; done | tr '\n' ' ')"
 
-# -- 2. the sweep -------------------------------------------------------------------------------
-ARGS=(size="$SIZE" "hydra.searchpath=[file://$CONF]")
-# every import a run needs, where it comes from, and the built-in data (scripts/gpu_train.py)
-"$PY" scripts/gpu_train.py --prepare "$SITE" "$MODE" "${ARGS[@]}"
-# the sweep gets what is left less 60 s for the report, the verdicts and the files; stopped
-# there (SIGTERM: the running job records itself as interrupted), what finished is judged
-sweep_s=$(($(left) - 60))
-[ "$sweep_s" -ge 30 ] || sweep_s=30
-say "sweep +opt=$PLAN into $SWEEP (at most $sweep_s s)"
-# shellcheck disable=SC2086  # GPU_CHECK_ARGS: overrides separated by spaces
-timeout --signal=TERM --kill-after=20 "$sweep_s" \
-  "$PY" "${TRAIN[@]}" -m "+opt=$PLAN" "${ARGS[@]}" "${MODE_ARGS[@]}" hydra.sweep.dir="$SWEEP" \
-  ${GPU_CHECK_ARGS:-} || say "the sweep ended with status $? (124: stopped at the time limit)"
-
-# -- 3. report and verdicts ------------------------------------------------------------------------
-timeout 90 "$PY" -m segperf.report "$SWEEP" || say "the report failed (status $?); verdicts read results.json alone"
-verdict_args=("$SWEEP" --out "$WORK/verdicts" --planned "$PLAN")
-[ "$MODE" = rehearse ] && verdict_args+=(--rehearsal)
+# -- 2. the tests: the sweep, its report, a verdict per claim ------------------------------------
 status=0
-"$PY" scripts/gpu_verdicts.py "${verdict_args[@]}" || status=$?
+GPU_CHECK_SITE=$SITE GPU_CHECK_OUT=$OUT GPU_CHECK_WORK=$WORK GPU_CHECK_BUDGET_S=$(left) \
+  timeout --signal=TERM --kill-after=20 "$(($(left) + 30))" \
+  "$PY" -m pytest tests/gpu/test_claims.py -p no:cacheprovider -v -rs -s || status=$?
 
-# -- 4. the files -------------------------------------------------------------------------------
-for f in "$WORK/verdicts/verdicts.txt" "$WORK/verdicts/verdicts.json" "$SWEEP/report.md" \
-  "$SWEEP/training_time_by_phase.png" "$SWEEP/training_throughput.png" "$SWEEP/jitter_utilization.png"; do
-  if [ -f "$f" ]; then cp "$f" "$OUT/"; fi
-done
-[ -d "$SWEEP" ] && (cd "$SWEEP" && find . \( -name results.json -o -name summary.txt -o -name report.json -o -name multirun.yaml \) \
-  -print0 | tar --null -czf "$OUT/results.tar.gz" -T -)
+# -- 3. the files (written by the tests' session) ------------------------------------------------
 say "files in $OUT: $(find "$OUT" -maxdepth 1 -type f -printf "%f " | sort)"
+if [ ! -f "$OUT/verdicts.txt" ]; then
+  say "the verdicts could not be made (pytest status $status)"; exit 1
+fi
 case $status in
-  0 | 3) say "done: $(tail -n 1 "$WORK/verdicts/verdicts.txt")"; exit "$status" ;;
-  *) say "the verdicts could not be made (status $status)"; exit 1 ;;
+  0) say "done: $(tail -n 1 "$OUT/verdicts.txt")"; exit 0 ;;
+  1) say "done: $(tail -n 1 "$OUT/verdicts.txt")"; exit 3 ;;
+  *) say "pytest ended with status $status"; exit 1 ;;
 esac

@@ -59,7 +59,7 @@ def test_resume_takes_a_sweep_job_folder_as_printed(sweep_job):
 
 @pytest.mark.slow
 def test_the_report_takes_a_sweep_job_folder_as_printed(sweep_job, tmp_path, capsys):
-    from segperf.report.markdown import main
+    from segperf.report.cli import main
 
     cwd, job = sweep_job
     assert main([str(cwd / job), "--out", str(tmp_path / "report")]) == 0
@@ -148,5 +148,5 @@ def test_resume_reads_a_quoted_or_unquoted_folder_alike(tmp_path):
 
 
 def test_every_entry_point_quotes_paths_before_hydra():
-    for module in ("segperf/train.py", "segperf/infer.py", "segperf/bench/cli.py"):
+    for module in ("segperf/training/cli.py", "segperf/inference/cli.py", "segperf/bench/cli.py"):
         assert "quote_path_values(" in (REPO / "src" / module).read_text(), module

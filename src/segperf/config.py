@@ -12,30 +12,16 @@ from omegaconf import OmegaConf
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
-# Each optimization axis of a training run and the config key it reads: what results.json's
-# `axes` records (segperf.training.record) and what the report maps `adjusted.<key>` back to
-# (segperf.report.settings). Here, torch-free, so that both read one table.
-TRAINING_AXIS_KEYS = {
-    "workers": "data.num_workers",
-    "prefetch": "data.prefetch_factor",
-    "pin": "data.pin_memory",
-    "upsample": "model.net.upsample",
-    "memory_format": "model.memory_format",
-    "compile": "model.compile",
-    "precision": "trainer.precision",
-    "threads": "num_threads",
-    # the data pipeline (Carvana)
-    "decode": "data.decode",
-    "cache": "data.cache",
-    "augment": "data.augment",
-    "cold_cache": "data.cold_cache",
-    "batch_size": "batch_size",
-    "train_images": "train_images",
-    # data-parallel (trainer=ddp): ranks = devices x num_nodes
-    "strategy": "trainer.strategy",
-    "devices": "trainer.devices",
-    "num_nodes": "trainer.num_nodes",
-}
+def __getattr__(name: str) -> Any:
+    """`TRAINING_AXIS_KEYS`: each axis of a training run and the config key it reads (what
+    results.json's `axes` records, segperf.training.record, and what the report maps
+    `adjusted.<key>` back to), from the one table of the axes, segperf.axes (imported when asked
+    for: it reads conf/, and segperf.axes imports this module)."""
+    if name == "TRAINING_AXIS_KEYS":
+        from segperf.axes import training_axis_keys
+
+        return training_axis_keys()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def available_cores() -> int:
@@ -78,7 +64,16 @@ def cores_per_rank(devices: Any = 1) -> int:
 
 def half_cores_per_rank(devices: Any = 1) -> int:
     """Half of `cores_per_rank()`, at least one (threads=half)."""
-    return max(1, cores_per_rank(devices) // 2)
+    return half_of(cores_per_rank(devices))
+
+
+def half_of(cores: int) -> int:
+    return max(1, cores // 2)
+
+
+# The resolvers that count cores, as what they give where one rank may use `cores` cores: how the
+# tuner reads an option's `${cores_per_rank:...}` for the machine it tunes (segperf.tune.space).
+CORE_RESOLVERS = {"cores_per_rank": lambda cores: cores, "half_cores_per_rank": half_of}
 
 
 def whole_batches(images: Any, batch_size: Any) -> Any:

@@ -19,6 +19,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from segperf.axes import inference_axes
 from segperf.config import plain_config
 from segperf.inference import benchmark, runtimes
 from segperf.inference.checkpoint import (
@@ -115,17 +116,9 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
 
 
 def axes(cfg: DictConfig) -> dict[str, Any]:
-    """The settings an inference sweep varies, as requested (what actually ran: `adjusted`)."""
-    return {
-        "workers": cfg.data.num_workers,
-        "prefetch": cfg.data.prefetch_factor,
-        "pin": cfg.data.pin_memory,
-        "memory_format": cfg.model.memory_format,
-        "compile": cfg.model.compile,
-        "precision": cfg.trainer.precision,
-        "runtime": cfg.runtime.name,
-        "batch_size": cfg.batch_size,
-    }
+    """The settings an inference sweep varies, as requested (what actually ran: `adjusted`): the
+    inference axes of segperf.axes, and the batch size."""
+    return {axis.group: OmegaConf.select(cfg, axis.key) for axis in inference_axes()} | {"batch_size": cfg.batch_size}
 
 
 def adopt_run_data(cfg: DictConfig, run_data: dict[str, Any], keep: set[str] | frozenset[str]) -> None:

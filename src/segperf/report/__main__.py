@@ -1,8 +1,8 @@
-"""`python -m segperf.report <sweep dir> [--out DIR]` (see segperf.report.markdown)."""
+"""`python -m segperf.report <sweep dir> [--out DIR]` (segperf.report.cli)."""
 
 import sys
 
-from segperf.report.markdown import main
+from segperf.report.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

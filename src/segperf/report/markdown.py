@@ -1,7 +1,7 @@
 """`python -m segperf.report <sweep dir> [--out DIR]`: report.md, report.json and charts for a sweep.
 
 `build_report` puts the sections (segperf.report.tables) and charts (segperf.report.charts) in
-order and writes report.json beside them (segperf.report.export); `main` is the command. It
+order and writes report.json beside them (segperf.report.export); segperf.report.cli is the command. It
 reads only the jobs' results.json files and never runs anything, so it can be re-run any time
 (and on another machine) after a sweep. Configurations are compared by one decision
 (segperf.report.decide): a speed-up within run-to-run noise is marked "~", one from single runs
@@ -13,14 +13,12 @@ speed-up is computed across them unless `--allow-mixed-machines` is given.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from segperf.report import charts, flags
 from segperf.report.comparability import mixed_machines_warning
 from segperf.report.export import write_report_json
-from segperf.report.sweep import Sweep, SweepError, load_sweep
+from segperf.report.sweep import Sweep
 from segperf.report.tables import (
     baseline_of,
     data_parallel_section,
@@ -90,27 +88,3 @@ def build_report(
     path.write_text("\n".join(lines))
     write_report_json(sweep, out, allow_mixed_machines)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m segperf.report",
-        description="Write report.md and charts for a sweep (or one run) from its results.json files.",
-    )
-    parser.add_argument("sweep_dir", type=Path, help="multirun/<date>/<time> folder, or one run's folder")
-    parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep folder)")
-    parser.add_argument(
-        "--allow-mixed-machines",
-        action="store_true",
-        help="compute speed-ups even when the runs come from different machines (host, GPU, driver, versions)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        sweep = load_sweep(args.sweep_dir)
-        path = build_report(sweep, args.out or args.sweep_dir, allow_mixed_machines=args.allow_mixed_machines)
-    except (SweepError, OSError) as exc:
-        print(f"segperf.report: error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{len(sweep.runs)} jobs, {len(sweep.failed)} failed")
-    print(path)
-    return 0

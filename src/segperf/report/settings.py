@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from segperf.config import TRAINING_AXIS_KEYS
+from segperf.axes import inference_axes, training_axis_keys
 
-# axis name -> the config key it reads: training's axes, and the inference benchmark's runtime
-AXIS_KEYS = {**TRAINING_AXIS_KEYS, "runtime": "runtime.name"}
+# axis name -> the config key it reads: training's axes, and the inference benchmark's own (runtime)
+AXIS_KEYS = training_axis_keys() | {axis.group: axis.key for axis in inference_axes()}
 AXIS_OF_KEY = {key: axis for axis, key in AXIS_KEYS.items()}
 # override groups that only choose axis options (the ladder's and the tuner's presets): what
 # they set is in `axes`, so `+opt=3_pin` and `+opt=2_workers` compare by what they turned on

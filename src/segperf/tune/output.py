@@ -20,14 +20,15 @@ from typing import Any
 
 import yaml
 
-from segperf.config import CONFIG_DIR, TRAINING_AXIS_KEYS, available_cores, segperf_cache_dir
+from segperf.axes import training_axes
+from segperf.config import available_cores, segperf_cache_dir
 from segperf.perf.machine import cpu_model
 from segperf.perf.results import write_json_atomic, write_text_atomic
 from segperf.tune.probe import Config
 from segperf.tune.space import override_key
 
 # the speed axes that are config groups (conf/<group>/), in the seed study's order
-AXIS_GROUPS = tuple(group for group in TRAINING_AXIS_KEYS if (CONFIG_DIR / group).is_dir())
+AXIS_GROUPS = tuple(axis.group for axis in training_axes())
 # the numbers under the groups that the search tunes directly (batch_size only when asked)
 KNOBS = ("data.num_workers", "data.prefetch_factor", "num_threads")
 # CPU flags that make reduced precision native (segperf.training.trainer.NATIVE_CPU_FLAGS; not

@@ -18,6 +18,7 @@ composed with model=cnn at all: it sets `upsample`, which the CNN has no group f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,40 +26,16 @@ from typing import Any
 
 import yaml
 
-from segperf.config import CONFIG_DIR, TRAINING_AXIS_KEYS
+from segperf import axes as axis_table
+from segperf.config import CONFIG_DIR, CORE_RESOLVERS
 from segperf.tune.probe import Config, config_of
 
-# The order the coordinate ascent walks the axes, so that a budget running out cuts what matters
-# least: the data side first (JPEG decoding, caching and workers are a CPU's big wins, and a preset
-# that turns them on together with bf16 can hide them: on a CPU without bf16 instructions +opt=all
-# is slower than the start); precision and compile late, since the preset stage has measured them
-# already and their bad options are the slow ones (bf16 emulated, a compile's warm-up), which cost
-# a probe up to its time limit each.
-SEARCH_ORDER = (
-    "decode",
-    "cache",
-    "workers",
-    "threads",
-    "prefetch",
-    "memory_format",
-    "upsample",
-    "compile",
-    "precision",
-    "pin",
-)
-# Not an axis: `augment` (a recipe choice, whether training sees flipped and jittered images; it
-# only costs time, and a start with augment=basic must not lose it to a faster augment=off).
+# The order the coordinate ascent walks the axes (segperf.axes says why; `augment` is not one)
+SEARCH_ORDER = axis_table.search_order()
 # Axes whose change changes what is learned, not only how fast: reduced precision (numerics), the
 # upsampling layer (another net), JPEG decoding at reduced scale (other pixels) and the batch size
 # (another optimization). The quality guard falls back by undoing these, in order.
 CHANGES_LEARNING = ("precision", "batch_size", "upsample", "decode")
-# What each group option sets the numeric knob under it to on this machine (None: torch's default)
-GROUP_VALUES = {
-    "workers": {"off": lambda cores: 0, "auto": lambda cores: cores},
-    "threads": {"default": lambda cores: None, "one": lambda cores: 1, "half": lambda cores: max(1, cores // 2)}
-    | {"all": lambda cores: cores},
-    "prefetch": {"off": lambda cores: None, "on": lambda cores: 4},
-}
 PREFETCH_DEPTHS = (2, 8)  # around prefetch=on's 4 batches per worker
 PRESETS = ("+opt=all", "+opt=all compile=off")  # what the tuned result is held against
 
@@ -90,7 +67,7 @@ def axes(cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = Fa
     cores = max(1, int(cores))
     found = []
     for group in SEARCH_ORDER:
-        key = TRAINING_AXIS_KEYS[group]
+        key = axis_table.BY_GROUP[group].key
         if group not in choices or not _has(cfg, key):
             continue  # not this workload's axis (model=cnn has no upsample, data=mnist no cache)
         chosen = str(choices[group])
@@ -117,6 +94,17 @@ def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
     return sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
 
 
+def option_value(group: str, option: str, cores: int) -> Any:
+    """What `group=option` sets the group's key to where one training process may use `cores`
+    cores, read from conf/<group>/<option>.yaml (`${cores_per_rank:...}` counts `cores`)."""
+    value = axis_table.option_settings(group, option)[axis_table.BY_GROUP[group].key]
+    if isinstance(value, str) and (resolver := re.fullmatch(r"\$\{(\w+):.*\}", value)):
+        if resolver[1] not in CORE_RESOLVERS:
+            raise ValueError(f"conf/{group}/{option}.yaml: the tuner cannot tell what {value} is on {cores} cores")
+        return CORE_RESOLVERS[resolver[1]](cores)
+    return value
+
+
 def numeric_values(group: str, cores: int) -> list[int]:
     """The numbers to try under a group beyond what its options set on this machine: halvings of
     the cores for workers and threads (a few, not every count: each costs a comparison), two
@@ -125,27 +113,25 @@ def numeric_values(group: str, cores: int) -> list[int]:
         return list(PREFETCH_DEPTHS)
     if group not in ("workers", "threads"):
         return []
-    taken = {value(cores) for value in GROUP_VALUES[group].values()}
+    taken = {option_value(group, name, cores) for name in group_options(group)}
     halvings = {max(1, cores // 2**k) for k in range(1, 4)}
     return sorted(n for n in halvings if n not in taken)
 
 
 def _deduplicated(group: str, names: Iterable[str], cores: int, chosen: str) -> list[str]:
-    """Group options, without the ones that set the same number on this machine as another (on 2
-    cores threads=half is threads=one): the start's own option is kept, else the first in
-    GROUP_VALUES' order (the plainest name)."""
-    values = GROUP_VALUES.get(group)
-    if not values:
-        return list(names)
-    names = list(names)
-    order = sorted(
-        names, key=lambda name: (name != chosen, list(values).index(name) if name in values else len(values))
-    )
-    kept, seen = [], set()
-    for name in order:
-        value = values[name](cores) if name in values else name
+    """Group options, without the ones that set the same value on this machine as another (on 2
+    cores threads=half is threads=one): the start's own option is kept, else the one whose file
+    writes the value out (`num_threads: 1` over `${half_cores_per_rank:...}`), else the first by name."""
+
+    def written(name: str) -> bool:
+        value = axis_table.option_settings(group, name)[axis_table.BY_GROUP[group].key]
+        return not (isinstance(value, str) and value.startswith("${"))
+
+    kept, seen = [], []
+    for name in sorted(names, key=lambda name: (name != chosen, not written(name), name)):
+        value = option_value(group, name, cores)
         if value not in seen:
-            seen.add(value)
+            seen.append(value)
             kept.append(name)
     return sorted(kept)
 

@@ -1,7 +1,7 @@
 """The GPU check's probe: a Lightning callback that records what a run really did on its device.
 
-`scripts/gpu_check.sh` adds it to every run of the check through its size preset
-(`callbacks.gpu_probe._target_: gpu_probe.GpuProbe`, with `scripts/` on PYTHONPATH); segperf's
+The GPU check (tests/gpu/) adds it to every run through its size preset
+(`callbacks.gpu_probe._target_: tests.gpu.probe.GpuProbe`, the repository root on PYTHONPATH); segperf's
 own code path is unchanged, since the callbacks group instantiates whatever `_target_` it is
 given and a callback's `record(results)` adds its section to results.json (`gpu_probe`).
 
@@ -149,7 +149,7 @@ class SyncCounter:
 
 def _short(filename: str) -> str:
     """A path from the package down (site-packages/lightning/... -> lightning/...)."""
-    for marker in ("site-packages/", "dist-packages/", "/src/", "/scripts/"):
+    for marker in ("site-packages/", "dist-packages/", "/src/"):
         if marker in filename:
             return filename.rsplit(marker, 1)[1]
     return "/".join(Path(filename).parts[-2:])

@@ -1,16 +1,10 @@
-"""The prepared GPU check (scripts/gpu_check.sh, docs/GPU.md): its verdicts on hand-made results,
-its probe, its presets, and (slow) its rehearsal on this CPU end to end, wheels included."""
+"""The GPU check's harness on hand-made results (docs/GPU.md): its verdict rules, its probe, its
+presets; fast, on any CPU. The rehearsal end to end is tests/gpu/test_rehearsal.py."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
-import re
-import subprocess
-import sys
-import tarfile
 import warnings
 from pathlib import Path
 
@@ -18,20 +12,11 @@ import pytest
 import torch
 
 from tests.conftest import REPO, compose_config
+from tests.gpu import probe
+from tests.gpu import verdicts as gv
 
-SCRIPTS = REPO / "scripts"
+CONF = Path(gv.__file__).parent / "conf"
 
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gv = load("gpu_verdicts")
-probe = load("gpu_probe")
 
 H200_BF16_DENSE = 989.4e12
 
@@ -278,6 +263,16 @@ def test_data_wait_share_and_images_per_s_compare_the_baseline_with_opt_all():
     assert gv.check_images_per_s([baseline(status="failed"), run("all")]).status == "FAIL"
 
 
+def test_speed_is_judged_on_a_gpu_only_a_slower_opt_all_on_a_cpu_is_no_fail():
+    """On a CPU without bf16 instructions +opt=all is slower than the baseline (0.82x measured):
+    true of that CPU, not a defect of the check, so the rehearsal passes on any CPU."""
+    base = cpu("0_baseline", train__images_per_s=2.0, jitter__per_batch__data_wait_s=[0.01] * 100)
+    slower = cpu("all", train__images_per_s=1.64, jitter__per_batch__data_wait_s=[0.3] * 100)
+    for verdict in (gv.check_images_per_s([base, slower]), gv.check_data_wait([base, slower])):
+        assert verdict.status == "SKIP" and verdict.figure.endswith("speed is judged on a GPU only)"), verdict
+    assert "0.82x" in gv.check_images_per_s([base, slower]).figure  # what the CPU measured is still said
+
+
 def test_runs_check_names_planned_runs_that_never_started_or_failed_and_the_probes_errors():
     runs = [baseline(), run("all", status="interrupted", error="interrupted by SIGTERM")]
     verdict = gv.check_runs(runs, ["0_baseline", "all", "all_fp16"])
@@ -353,7 +348,7 @@ def test_sync_counter_counts_torchs_sync_warnings_per_step_and_passes_others_thr
     counter.stop()
     summary = counter.summary()
     assert summary["per_step"] == [0, 2, 1] and summary["steps_with_sync"] == 2 and summary["syncs"] == 3
-    assert list(summary["where"]) == [f"tests/{Path(__file__).name}:{_line_of('called a synchronizing')}"]
+    assert list(summary["where"]) == [f"gpu/{Path(__file__).name}:{_line_of('called a synchronizing')}"]
     assert shown == ["something else"] and modes == ["warn", "default"]
 
 
@@ -363,13 +358,13 @@ def _line_of(text: str) -> int:
 
 
 # -- the presets ------------------------------------------------------------------------------
-SEARCHPATH = f"hydra.searchpath=[file://{SCRIPTS / 'gpu_check_conf'}]"
+SEARCHPATH = f"hydra.searchpath=[file://{CONF}]"
 
 
 def test_the_check_size_is_the_seeds_run_with_600_images_and_the_probe():
     cfg = compose_config("size=gpu_check", SEARCHPATH)
     assert (cfg.train_images, cfg.val_images, cfg.batch_size, cfg.val_every_images) == (600, 60, 6, 500)
-    assert cfg.callbacks.gpu_probe._target_ == "gpu_probe.GpuProbe"
+    assert cfg.callbacks.gpu_probe._target_ == "tests.gpu.probe.GpuProbe"
     assert cfg.data.synthetic.cars == 20  # 4 held-out cars: 64 validation images for the seed's 60
 
 
@@ -394,51 +389,12 @@ def test_the_docs_name_the_wheels_the_makefile_pins_and_the_folder_git_ignores()
         if line.startswith(("GPU_WHEELS ", "GPU_SDISTS "))
         for pin in line.split(":=", 1)[1].split()
     ]
-    assert len(pins) == 5
+    assert len(pins) == 9  # hydra-core and its three, pytest and its three
     doc = (REPO / "docs" / "GPU.md").read_text()
     assert [pin for pin in pins if f"`{pin}`" not in doc] == []
     assert (
         "GPU_WHEELS_DIR ?= .whl\n" in makefile
-        and "WHEELS=${GPU_WHEELS_DIR:-.whl}" in (SCRIPTS / "gpu_check.sh").read_text()
+        and "WHEELS=${GPU_WHEELS_DIR:-.whl}" in (REPO / "scripts" / "gpu_check.sh").read_text()
     )
     assert "| extra (ignored) paths to send along | `.whl`" in doc
     assert ".whl/" in (REPO / ".gitignore").read_text().splitlines()
-
-
-# -- the rehearsal, end to end ------------------------------------------------------------------
-@pytest.mark.slow
-def test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files(tmp_path):
-    wheels = tmp_path / "wheels"
-    made = subprocess.run(
-        ["make", "gpu-wheels", f"GPU_WHEELS_DIR={wheels}"], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert made.returncode == 0, made.stdout + made.stderr
-    names = sorted(p.name.split("-")[0].lower() for p in wheels.glob("*.whl"))
-    assert names == ["antlr4_python3_runtime", "hydra_core", "omegaconf", "packaging", "pyyaml"]
-    assert sum(p.stat().st_size for p in wheels.iterdir()) <= 40 << 20
-    out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "GPU_WHEELS_DIR": str(wheels), "SEGPERF_CACHE": str(tmp_path / "cache")}
-    env |= {"GPU_CHECK_WORK": str(tmp_path / "work"), "PYTHON": sys.executable}
-    done = subprocess.run(
-        ["bash", "scripts/gpu_check.sh", "--rehearse"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-    )
-    log = done.stdout + done.stderr
-    files = sorted(p.name for p in out.iterdir())
-    assert 2 <= len(files) <= 8 and all(p.is_file() for p in out.iterdir()), files
-    assert {"verdicts.txt", "verdicts.json", "results.tar.gz", "gpu_check.log", "report.md"} <= set(files), log
-    verdicts = {v["check"]: v["status"] for v in json.loads((out / "verdicts.json").read_text())}
-    assert len(verdicts) == 12 and set(verdicts.values()) <= {"PASS", "FAIL", "SKIP"}
-    assert done.returncode == (3 if "FAIL" in verdicts.values() else 0), log
-    by_start = {name.split(" (")[0].split(",")[0]: s for name, s in verdicts.items()}
-    assert by_start["runs completed"] == "PASS"
-    assert by_start["NVML utilization sampled every 50 ms"] == "PASS"  # the fake NVML, read like the real one
-    assert by_start["cache=device: batches made on the device"] == "PASS"
-    assert by_start["bfloat16 autocast ran"] == "PASS"
-    for cuda_only in ("CUDA-event device step times", "pin=on applied", "MFU against a known dense peak"):
-        assert by_start[cuda_only] == "SKIP"
-    assert by_start["no host synchronization per step in the hot path"] == "SKIP"
-    assert re.search(r"hydra +1\.3\.8 +wheel", log)  # imported from the installed wheels, not the venv
-    assert "install for CPython 3.12 / manylinux x86-64" in log
-    with tarfile.open(out / "results.tar.gz") as archive:
-        results = [n for n in archive.getnames() if n.endswith("results.json")]
-    assert len(results) == 4

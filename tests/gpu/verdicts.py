@@ -1,17 +1,23 @@
 """The GPU check's verdicts: one PASS / FAIL / SKIP line per claim segperf makes about GPUs, each
 with the figure behind it, read from a sweep's results.json files (and report.json if present).
 
-    python scripts/gpu_verdicts.py <sweep dir> [--out DIR] [--planned 0_baseline,...] [--rehearsal]
+    python -m tests.gpu.verdicts <sweep dir> [--out DIR] [--planned 0_baseline,...] [--rehearsal]
 
-Writes verdicts.txt (for people) and verdicts.json (a list of {check, status, figure}) into
---out (default: the sweep folder) and prints verdicts.txt. Exit status 0: no FAIL; 3: at least
+tests/gpu/test_claims.py asserts each verdict as a test; this command judges a sweep again (e.g.
+the results.tar.gz a GPU run sent back, unpacked). Writes verdicts.txt (for people) and
+verdicts.json (a list of {check, status, figure}) into --out (default: the sweep folder) and
+prints verdicts.txt. Exit status 0: no FAIL; 3: at least
 one FAIL; 2: no run to judge. SKIP means the evidence cannot exist here (no CUDA device, or no
 run of that kind in this sweep), never that it was looked for and not found: that is a FAIL.
 
 Runs are found by their `+opt=<preset>` override (the job folder's name), as the check's sweep
 names them: 0_baseline ... 7_bf16 (the seed's ladder), all, all_cache_device, all_fp16. What each
-check reads is results.json's own sections plus `gpu_probe` (scripts/gpu_probe.py). Only the
+check reads is results.json's own sections plus `gpu_probe` (tests/gpu/probe.py). Only the
 standard library: it runs wherever the sweep's files are.
+
+Speed is a GPU's claim: the two speed checks (data_wait share, images/s) judge CUDA runs only. On a
+CPU they say what it measured and SKIP: +opt=all's bf16 and compile are slower than the baseline
+on a CPU without bf16 instructions, which is true of that CPU, not a defect of the check.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ DENSE_PEAKS: dict[str, dict[str, tuple[float, ...]]] = {
     "h200 sxm": {"32-true": (67e12, 494.7e12), "bf16-mixed": (989.4e12,), "16-mixed": (989.4e12,)},
     "h200 nvl": {"32-true": (60e12, 417.5e12), "bf16-mixed": (835.5e12,), "16-mixed": (835.5e12,)},
 }
+# what a speed check says of runs on a CPU, after their figure
+CPU_SPEED = " (measured on a CPU: speed is judged on a GPU only)"
 _JOB_DIR = re.compile(r"^(\d+)_(.*)$")
 
 
@@ -407,7 +415,7 @@ def _compare(runs: list[Run], name: str, value: Callable[[Run], float | None], b
     a, b = value(base), value(best)
     if a is None or b is None:
         return Verdict(name, FAIL, f"no figure: baseline {a}, +opt=all {b}"), None
-    return None, (a, b, better(a, b))
+    return None, (a, b, better(a, b), base.cuda and best.cuda)
 
 
 def check_data_wait(runs: list[Run]) -> Verdict:
@@ -415,10 +423,10 @@ def check_data_wait(runs: list[Run]) -> Verdict:
     done, values = _compare(runs, name, data_wait_share, lambda a, b: b < a)
     if done:
         return done
-    a, b, better = values
+    a, b, better, on_gpu = values
     ladder = ", ".join(f"{r.opt} {_pct(data_wait_share(r))}" for r in runs if r.ok and r.opt and r.opt[0].isdigit())
     figure = f"data_wait of each steady step: baseline {_pct(a)} -> +opt=all {_pct(b)}; ladder: {ladder}"
-    return Verdict(name, PASS if better else FAIL, figure)
+    return Verdict(name, (PASS if better else FAIL) if on_gpu else SKIP, figure + ("" if on_gpu else CPU_SPEED))
 
 
 def check_images_per_s(runs: list[Run], report: dict[str, Any] | None = None) -> Verdict:
@@ -426,29 +434,30 @@ def check_images_per_s(runs: list[Run], report: dict[str, Any] | None = None) ->
     done, values = _compare(runs, name, lambda r: r.get("train.images_per_s"), lambda a, b: b > a)
     if done:
         return done
-    a, b, better = values
+    a, b, better, on_gpu = values
     figure = f"+opt=all {b:.2f} images/s vs baseline {a:.2f}: {b / a:.2f}x"
     row = next((c for c in (report or {}).get("configurations", []) if c.get("label") == "+opt=all"), None)
     if row and row.get("speedup") is not None:
         figure += f" (report.json: speed-up {row['speedup']:.2f}x, distinguishable: {row.get('distinguishable')})"
-    return Verdict(name, PASS if better else FAIL, figure)
+    return Verdict(name, (PASS if better else FAIL) if on_gpu else SKIP, figure + ("" if on_gpu else CPU_SPEED))
 
 
-def all_verdicts(runs: list[Run], planned: list[str], rehearsal: bool = False, report=None) -> list[Verdict]:
-    return [
-        check_runs(runs, planned),
-        check_nvml(runs, rehearsal),
-        check_cuda_events(runs),
-        check_pin(runs),
-        check_device_cache(runs),
-        check_compile(runs),
-        check_precision(runs, "bf16-mixed", "bfloat16"),
-        check_precision(runs, "16-mixed", "float16"),
-        check_mfu(runs),
-        check_host_sync(runs),
-        check_data_wait(runs),
-        check_images_per_s(runs, report),
-    ]
+def all_verdicts(runs: list[Run], planned: list[str], rehearsal: bool = False, report=None) -> dict[str, Verdict]:
+    """One verdict per claim, by the name its test in tests/gpu/test_claims.py asks for."""
+    return {
+        "runs": check_runs(runs, planned),
+        "nvml": check_nvml(runs, rehearsal),
+        "cuda_events": check_cuda_events(runs),
+        "pin": check_pin(runs),
+        "device_cache": check_device_cache(runs),
+        "compile": check_compile(runs),
+        "bf16": check_precision(runs, "bf16-mixed", "bfloat16"),
+        "fp16": check_precision(runs, "16-mixed", "float16"),
+        "mfu": check_mfu(runs),
+        "host_sync": check_host_sync(runs),
+        "data_wait": check_data_wait(runs),
+        "images_per_s": check_images_per_s(runs, report),
+    }
 
 
 def render(verdicts: list[Verdict], runs: list[Run], rehearsal: bool) -> str:
@@ -476,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = read_sweep(args.sweep) if args.sweep.is_dir() else []
     if not runs:
-        print(f"gpu_verdicts: no job folders in {args.sweep}", file=sys.stderr)
+        print(f"tests.gpu.verdicts: no job folders in {args.sweep}", file=sys.stderr)
         return 2
     report_file = args.sweep / "report.json"
     try:
@@ -484,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         report = None
     planned = [p for p in args.planned.split(",") if p]
-    verdicts = all_verdicts(runs, planned, args.rehearsal, report)
+    verdicts = list(all_verdicts(runs, planned, args.rehearsal, report).values())
     out = args.out or args.sweep
     out.mkdir(parents=True, exist_ok=True)
     text = render(verdicts, runs, args.rehearsal)
