@@ -169,3 +169,54 @@ def output_folder_problem(argv: list[str], config_file: Path) -> str | None:
         problem = WriteError(existing / "probe", error, f"where the {noun} folder {pattern} goes")
         return write_problem(problem, setting=key, kept=False)
     return None
+
+
+# Axes only some workloads have: each is a config group in the defaults list of the model or data
+# option that has it (the U-Net's upsample, Carvana's data pipeline); the rest apply to any workload
+WORKLOAD_ONLY_AXES = ("upsample", "decode", "cache", "augment")
+GENERIC_AXES = ("workers", "prefetch", "pin", "memory_format", "compile", "precision", "threads", "batch_size")
+
+
+def _config_dir(argv: list[str]) -> str | None:
+    """The folder of `--config-dir DIR` / `-cd DIR` / `--config-dir=DIR`, where given."""
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config-dir="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def workload_axis_problem(argv: list[str], config_dir: Path, config_name: str) -> str | None:
+    """One line when the command line sets an axis the chosen workload does not have
+    (`upsample=deconv` with a user's model, `cache=memory` with data=mnist), listing the axes it
+    has; else None. Hydra would refuse it too, but only with "Could not override 'upsample'". The
+    workload's groups are read by composing its model and data options (only when such an axis
+    is on the command line)."""
+    asked = [
+        a
+        for a in argv
+        if _ARG.match(a) and _ARG.match(a)["prefix"] == "" and _ARG.match(a)["key"] in WORKLOAD_ONLY_AXES
+    ]
+    if not asked or any(a in _SHOW_FLAGS for a in argv):
+        return None
+    choosing = [a for a in argv if _ARG.match(a) and _ARG.match(a)["key"] in ("model", "data") and "," not in a]
+    user_dir = _config_dir(argv)
+    if user_dir:
+        choosing.append(f"hydra.searchpath=[file://{Path(user_dir).expanduser().absolute()}]")
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(str(config_dir), version_base="1.3"):
+            choices = compose(config_name, overrides=choosing, return_hydra_config=True).hydra.runtime.choices
+    except Exception:  # not ours to report: Hydra will, when it composes the run
+        return None
+    missing = [a for a in asked if _ARG.match(a)["key"] not in choices]
+    if not missing:
+        return None
+    workload = f"model={choices.get('model')}, data={choices.get('data')}"
+    has = [*GENERIC_AXES, *(axis for axis in WORKLOAD_ONLY_AXES if axis in choices)]
+    return (
+        f"{', '.join(missing)}: not an axis of this workload ({workload}); its axes are {', '.join(has)} "
+        f"({', '.join(WORKLOAD_ONLY_AXES)} belong to the workloads that have them: the U-Net, Carvana)"
+    )

@@ -140,7 +140,13 @@ class RunMeasurement:
         device_steps = clock.device_step_times()[clock.warmup_steps :]
         if device_steps:
             results["jitter"]["device_step"] = jitter_summary([0.0] * len(device_steps), device_steps)["train_step"]
-        if module is not None and trainer is not None:
+        # FLOPs need the net and its input size: segperf's modules say both; a user's module has neither
+        if (
+            module is not None
+            and trainer is not None
+            and hasattr(module, "net")
+            and hasattr(trainer.datamodule, "height")
+        ):
             results["throughput"] = throughput_summary(
                 results["train"]["images_per_s"],
                 results["train"].get("val_images_per_s"),

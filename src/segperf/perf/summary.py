@@ -100,6 +100,8 @@ def _dataset_counts(dataset: dict[str, Any]) -> str:
 
 
 def _quality_rows(quality: dict[str, Any]) -> list[str]:
+    if quality.get("metric"):  # a user's module: the metric it is judged by, then every one it logged
+        return _named_quality_rows(quality)
     if "val_accuracy" in quality:  # the CPU study's classifier
         return [_kv("Val accuracy", _num(quality.get("val_accuracy"), ".4f")), *_quality_progress(quality)]
     return [
@@ -119,6 +121,22 @@ def _quality_progress(quality: dict[str, Any]) -> list[str]:
     text = f"{name} {first[key]:.3f} -> {last[key]:.3f}, loss {first['val_loss']:.3f} -> {last['val_loss']:.3f}"
     text += f" (step {first['step']:,} -> {last['step']:,}, {len(history)} validations)"
     return [_kv("Val first -> last", text)]
+
+
+def _named_quality_rows(quality: dict[str, Any]) -> list[str]:
+    """Each validation metric, first -> last where there were two validations; the judged one first."""
+    history = quality.get("val_history") or []
+    names = [k for k in (history[-1] if history else {}) if k != "step"]
+    names.sort(key=lambda name: name != quality["metric"])
+    rows = []
+    for name in names:
+        first = quality.get(f"first_{name}")
+        text = _num(quality.get(name), ".4f")
+        if len(history) > 1 and isinstance(first, int | float):
+            text = f"{first:.4f} -> {text} ({len(history)} validations)"
+        mark = f" ({quality.get('mode')}: the run's quality)" if name == quality["metric"] else ""
+        rows.append(_kv(f"{name}{mark}", text))
+    return rows
 
 
 def _gpu_memory(peak: int | None, machine: dict[str, Any]) -> str:

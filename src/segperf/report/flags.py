@@ -54,7 +54,11 @@ class Flag:
 
 def quality_metric(configs: list[Configuration]) -> tuple[str, str]:
     """The quality a sweep is judged by: val Dice for the U-Net, val accuracy for the CPU study's
-    classifier (it has no Dice): (results path, name)."""
+    classifier (it has no Dice), or the metric a user's module was judged by (results.json
+    `quality.metric`): (results path, name)."""
+    named = next((r.get("quality.metric") for c in configs for r in c.ok_runs if r.get("quality.metric")), None)
+    if named:
+        return f"quality.{named}", named
     has = {path: any(c.stat(path).n for c in configs) for path in ("quality.val_accuracy", "quality.val_dice")}
     if has["quality.val_accuracy"] and not has["quality.val_dice"]:
         return "quality.val_accuracy", "val accuracy"

@@ -29,10 +29,9 @@ from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
 from segperf.training.checkpoints import InterruptCheckpoint, Terminated, TerminateOutsideTraining
 from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks
+from segperf.training.quality import ValidationMetrics, quality_section
 from segperf.training.resume import resume_checkpoint, resume_command
 
-# what results.json's `quality` holds for a module that does not say (the U-Net's metrics)
-SEGMENTATION_QUALITY = ("val/pixel_accuracy", "val/dice", "val/loss")
 # runs started in this process so far: Hydra's basic launcher runs a sweep's jobs one after another
 # in one process, and the first (results.json's process_job 0) pays the one-time costs (imports,
 # allocator and kernel caches, the built-in data's first read), which the report checks for
@@ -50,7 +49,7 @@ class RunRecord:
         self.results["process_job"] = next(_RUNS_IN_PROCESS)
         # how busy the machine was around the run (others' CPU during it): the report flags a busy one
         self.results["machine_load"], self._cpu_start = load_at_start()
-        self.measurement = self.datamodule = self.module = self.trainer = None
+        self.measurement = self.datamodule = self.module = self.trainer = self.workload = None
         self.callbacks: list[L.Callback] = []
         self.ckpt_path: Path | None = None
         self._job: DistributedJob | None = None
@@ -122,9 +121,12 @@ class RunRecord:
     def _fill_in(self) -> None:
         """What the run did, from whatever got built before it ended."""
         results, cfg, trainer, module = self.results, self.results["config"], self.trainer, self.module
-        if self.datamodule is not None and self.datamodule.split is not None:
-            results["dataset"] = self.datamodule.summary()
-        if module is not None and module.compile_fallback:
+        if self.workload is not None:
+            results["dataset"] = self.workload.dataset_summary() or results["dataset"]
+            # a user's workload: the loaders segperf rebuilt, and what could not apply (said, never silent)
+            for setting, change in self.workload.record(results).items():
+                results["notices"].append(adjustment_notice(setting, change))
+        if module is not None and getattr(module, "compile_fallback", None):
             change = {
                 "requested": True,
                 "used": False,
@@ -149,13 +151,29 @@ class RunRecord:
         results["device"] = str(trainer.strategy.root_device)
         results["precision"] = trainer.precision
         metrics = trainer.callback_metrics
-        names = getattr(module, "quality_metrics", SEGMENTATION_QUALITY)  # the CNN's: val/accuracy, val/loss
+        if not hasattr(module, "quality_metrics"):  # a user's module: whatever it logged in validation
+            self._user_quality()
+            return
+        names = module.quality_metrics  # the U-Net's val/pixel_accuracy, val/dice, val/loss; the CNN's ...
         results["quality"] = {name.replace("/", "_"): _item(metrics.get(name)) for name in names}
         # how far quality came: the first validation's values beside the last's, and each validation's
         history = getattr(module, "val_history", None)
         if history:
             results["quality"] |= {f"first_{key}": value for key, value in history[0].items() if key != "step"}
             results["quality"]["val_history"] = history
+
+    def _user_quality(self) -> None:
+        """results.json's `quality` from the ValidationMetrics callback, with the metric the report and
+        the tuner read (the model config's `quality`, else segperf.training.quality.default_metric)."""
+        recorder = next((c for c in self.callbacks if isinstance(c, ValidationMetrics)), None)
+        choice = self.workload.quality_choice if self.workload is not None else None
+        self.results["quality"] = quality_section(recorder.history if recorder else [], choice)
+        metric = (choice or {}).get("metric")
+        if metric and self.results["quality"] and metric not in self.results["quality"]:
+            logged = ", ".join(k for k in self.results["quality"] if k.startswith("val") and k != "val_history")
+            self.notice(
+                f"model.quality.metric={metric}: the module logged no such validation metric (it logged {logged})"
+            )
 
     def _write(self) -> None:
         """One run, one record: under DDP every rank runs train() and sends its row to rank 0,

@@ -25,6 +25,7 @@ from segperf.training.checkpoints import AtomicCheckpointIO
 from segperf.training.distributed import per_job_rank_commands
 from segperf.training.record import RunRecord
 from segperf.training.trainer import build_trainer, precision_notice
+from segperf.training.workload import build_workload
 
 # Lightning's notes that say nothing to a segperf user: the module's device-side conversion is
 # meant to take over from the DataModule's hook, and a pytree deprecation inside Lightning itself.
@@ -54,12 +55,10 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         for note in measurement.hardware_notes():
             print(f"segperf: note: {note}")
 
-        with measurement.span("define_model"):
-            datamodule = record.datamodule = instantiate(cfg.data)
-            net = instantiate(cfg.model.net)
-            net.check_input_size(datamodule.height, datamodule.width)  # before any work, not at the first step
-            print(net.describe(datamodule.height, datamodule.width))
-            module = record.module = instantiate(cfg.model, net=net)
+        with measurement.span("define_model"):  # segperf's net, or the user's own LightningModule
+            workload = record.workload = build_workload(cfg)
+            datamodule, module = record.datamodule, record.module = workload.datamodule, workload.module
+            print(workload.description)
         if notice := precision_notice(cfg.trainer.precision, cfg.trainer.accelerator):
             record.notice(notice)
 
@@ -70,6 +69,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             profiler=measurement.profiler,
             default_root_dir=run_dir,
             plugins=[AtomicCheckpointIO()],
+            **workload.trainer_options,
         )
         clock.mark("fit_called")
         with per_job_rank_commands():  # trainer=ddp: the other ranks run this job, in this folder

@@ -36,6 +36,15 @@ RUN_SIZE_KEYS = ("size", "train_images", "val_images", "batch_size", "val_every_
 QUALITY_KEYS = ("val_dice", "val_accuracy")
 
 
+def run_quality(quality: dict[str, Any]) -> float | None:
+    """The run's quality, higher is better: the metric a user's module is judged by (`quality.metric`,
+    negated where lower is better: `mode: min`), else the U-Net's val Dice or the CNN's val accuracy."""
+    if quality.get("metric"):
+        value = quality.get(quality["metric"])
+        return None if value is None else (-value if quality.get("mode") == "min" else value)
+    return next((quality[k] for k in QUALITY_KEYS if quality.get(k) is not None), None)
+
+
 def merged(*groups: Iterable[str]) -> list[str]:
     """Override lists joined, a later override of the same key replacing an earlier one (Hydra
     refuses two values for one config group in one command line)."""
@@ -101,7 +110,7 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
         config,
         train.get("images_per_s"),
         not_applied=not_applied(results.get("adjusted") or {}),
-        quality=next((quality[k] for k in QUALITY_KEYS if quality.get(k) is not None), None),
+        quality=run_quality(quality),
         wall_s=float(wall),
         run_dir=str(run_dir),
     )
