@@ -92,6 +92,14 @@ def test_the_decoded_sample_cache_imports_no_data_source():
     )
 
 
+def test_the_loader_bench_builds_no_loader_of_its_own():
+    """It times the DataModule training builds (from training's data config): no DataLoader, no
+    dataset or layout of a data source is made in segperf.bench."""
+    sources = tuple(f"segperf.data.{workload}" for workload in WORKLOADS)
+    for file, modules in package_imports("bench").items():
+        assert not any(m.startswith(sources) or m.startswith("torch.utils.data") for m in modules), file
+
+
 def test_each_data_source_has_a_folder_and_a_datamodule():
     assert sorted(p.name for p in DATA.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == sorted(WORKLOADS)
     assert all((DATA / workload / "datamodule.py").is_file() for workload in WORKLOADS)

@@ -150,6 +150,26 @@ def test_an_unknown_benchmark_prints_usage():
     assert main(["model"]) == 2
 
 
+def test_the_bench_times_the_training_datamodules_own_train_loaders(tiny_carvana, tmp_path, monkeypatch, capsys):
+    """As nanoGPT's bench.py reuses model.py: every timed loader is CarvanaDataModule.train_dataloader's,
+    built with the row's settings, so the bench measures what a training run loads."""
+    from segperf.data.carvana.datamodule import CarvanaDataModule
+
+    built = []
+    real = CarvanaDataModule.train_dataloader
+
+    def recorded(self):
+        built.append((self.decode, self.cache, self.num_workers, self.pin_memory, self.train_images))
+        return real(self)
+
+    monkeypatch.setattr(CarvanaDataModule, "train_dataloader", recorded)
+    args = ["data", f"data.root={tiny_carvana}", *TINY, "data.decode=reduced", "data.num_workers=0"]
+    assert main([*args, "data.pin_memory=false", "data.cache=[off,memory,device]", f"out={tmp_path / 'l.json'}"]) == 0
+    rows = json.loads((tmp_path / "l.json").read_text())
+    timed = [(r["decode"], r["cache"], r["workers"], r["pin"], 8) for r in rows if r["loader"] != "naive"][:-1]
+    assert built == timed  # one loader per row (the copy bound reuses the memory cache)
+
+
 # -- the commands the docs show --------------------------------------------------------------
 def doc_commands(*pages: str) -> list[list[str]]:
     """The overrides of every `python -m segperf.bench data ...` line in a ```bash block of `pages`

@@ -20,8 +20,6 @@ from tests.conftest import compose_config
         ("data.num_workers=-1", r"data.num_workers=-1: must be >= 0"),
         ("data.prefetch_factor=0", r"data.prefetch_factor=0: must be >= 1 batches, or null"),
         ("trainer.precision=fp8", r"trainer.precision='fp8': use one of 32-true .*bf16-mixed.*16-mixed"),
-        ("data.height=250", r"data.height=250: .*multiple of 16"),
-        ("data.width=0", r"data.width=0: .*positive multiple of 16"),
         ("batch_size=0", r"batch_size=0: must be a whole number >= 1"),
         ("train_images=-3", r"train_images=-3: must be a whole number >= 1"),
         ("val_images=0", r"val_images=0: must be a whole number >= 1"),
@@ -36,6 +34,27 @@ def test_an_out_of_range_value_is_named_with_what_is_allowed(override, expected)
     assert len(problems) == 1, problems
     assert problems[0].count("\n") == 0
     assert re.search(expected, problems[0]), problems[0]
+
+
+def test_each_workloads_range_checks_apply_to_its_own_config_only():
+    assert problems_in(compose_config("data.synthetic.cars=1")) == [
+        "data.synthetic.cars=1: must be >= 2 (one to train on, one held out)"
+    ]
+    mnist = problems_in(compose_config("data=mnist", "model=cnn", "data.builtin.train=0", "model.net.dropout=1"))
+    assert [p.split(":")[0] for p in mnist] == ["data.builtin.train=0", "model.net.dropout=1.0"]
+    # the U-Net's input-size rule is the U-Net's (its check_input_size), not the config check's
+    assert problems_in(compose_config("data.height=250")) == []
+
+
+def test_the_unet_names_each_input_side_it_cannot_take():
+    from segperf.errors import InputSizeError
+    from segperf.model import UNet
+
+    with pytest.raises(InputSizeError) as caught:
+        UNet().check_input_size(250, 0)
+    lines = str(caught.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["data.height=250", "data.width=0"]
+    assert all("positive multiple of 16" in line for line in lines)
 
 
 @pytest.mark.parametrize(
@@ -75,7 +94,7 @@ def test_the_default_config_and_every_fast_setting_are_valid():
 
 def test_every_bad_value_is_listed_at_once():
     with pytest.raises(SettingsError) as caught:
-        check_settings(compose_config("batch_size=0", "data.num_workers=-2", "data.height=100"))
+        check_settings(compose_config("batch_size=0", "data.num_workers=-2", "data.holdout_frac=1"))
     assert len(caught.value.problems) == 3
     assert str(caught.value).splitlines() == caught.value.problems
 
@@ -152,6 +171,8 @@ def test_a_cpu_run_with_pin_on_records_the_adjustment_in_results(monkeypatch, tm
             ["segperf: error: batch_size=0: must be", "segperf: error: data.num_workers=-1: must be >= 0"],
         ),
         (["data.root=/nowhere/carvana"], ["segperf: error: data.root=/nowhere/carvana does not exist"]),
+        # the U-Net's rule, checked by the U-Net before any work
+        (["data.height=250"], ["segperf: error: data.height=250: the U-Net pools 4 times"]),
         (["trainer.accelerator=gpu"], ["segperf: error: trainer.accelerator=gpu: torch sees no CUDA GPU"]),
     ],
 )

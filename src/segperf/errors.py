@@ -44,6 +44,10 @@ class DataSizeError(SegperfError, ValueError):
     """The run asks for more samples than the data has."""
 
 
+class InputSizeError(SegperfError, ValueError):
+    """An input size a net cannot take (each net checks its own rule): one line per setting, no traceback."""
+
+
 class WriteError(SegperfError, OSError):
     """A file segperf could not write (a full disk, a read-only or foreign folder). Raised by the
     atomic writes, whose temp file is gone by then and whose previous file is untouched."""

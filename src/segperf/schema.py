@@ -9,7 +9,11 @@ Each rule lives in one place, so every bad setting stops before any work with a 
    ones) while composing, with its own message and no traceback.
 2. Ranges: `check_settings` runs first thing in every run (sweep jobs too) and lists every
    out-of-range value at once, one line each, with what is allowed. OmegaConf does not call a
-   dataclass's `__post_init__`, so these checks cannot live in the dataclasses.
+   dataclass's `__post_init__`, so each workload's schema carries its range checks as a
+   `problems` classmethod beside its types (`own_problems` finds them by the type a config node
+   was composed from); the checks of the run itself are in `problems_in`.
+3. A net's own rule about its input (the U-Net's size divisible by 2 per pooling) is the net's
+   `check_input_size`, which a run calls before any work: it is not restated here.
 
 The values themselves live in conf/ (the YAML): a field here only types its key (MISSING), and
 the constructors (segperf.data, segperf.model) do not check again what the schema guarantees.
@@ -22,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from segperf.errors import SettingsError  # raised by check_settings; imported from here too
 
@@ -111,6 +115,22 @@ class LoaderSchema:
     pin_memory: bool = MISSING
     persistent_workers: bool = MISSING
 
+    @classmethod
+    def problems(cls, data: DictConfig) -> list[str]:
+        """The out-of-range values of a data config of this type, one line each (each schema adds
+        its own checks to those of the one it extends)."""
+        problems = []
+        if data.num_workers < 0:
+            problems.append(
+                f"data.num_workers={data.num_workers}: must be >= 0 (0 loads in the main process; workers=auto "
+                "uses one per available core)"
+            )
+        if data.prefetch_factor is not None and data.prefetch_factor < 1:
+            problems.append(
+                f"data.prefetch_factor={data.prefetch_factor}: must be >= 1 batches, or null for none (prefetch=off)"
+            )
+        return problems
+
 
 @dataclass
 class ImageDataSchema(LoaderSchema):  # the image data sets': input size, split, the data pipeline
@@ -124,10 +144,28 @@ class ImageDataSchema(LoaderSchema):  # the image data sets': input size, split,
     augment: Augment = MISSING
     cold_cache: bool = MISSING
 
+    @classmethod
+    def problems(cls, data: DictConfig) -> list[str]:
+        # the input size is the net's to judge (each net's check_input_size, before any work)
+        problems = super().problems(data)
+        if not 0.0 < data.holdout_frac < 1.0:
+            problems.append(
+                f"data.holdout_frac={data.holdout_frac}: must be between 0 and 1 (exclusive): the share of cars "
+                "held out for validation, e.g. 0.2"
+            )
+        return problems
+
 
 @dataclass
-class DataSchema(ImageDataSchema):
+class DataSchema(ImageDataSchema):  # data=carvana
     synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)
+
+    @classmethod
+    def problems(cls, data: DictConfig) -> list[str]:
+        problems = super().problems(data)
+        if data.synthetic.cars < 2:
+            problems.append(f"data.synthetic.cars={data.synthetic.cars}: must be >= 2 (one to train on, one held out)")
+        return problems
 
 
 @dataclass
@@ -155,6 +193,11 @@ class ModelSchema:
     # (e.g. torch.optim.lr_scheduler.OneCycleLR), or null for a constant lr (the seed's)
     scheduler: Any = None
 
+    @classmethod
+    def problems(cls, model: DictConfig) -> list[str]:
+        """The out-of-range values of a model config of this type, one line each."""
+        return [f"model.lr={model.lr}: must be > 0, e.g. 1e-4"] if model.lr <= 0 else []
+
 
 @dataclass
 class BuiltinDigitsSchema:
@@ -167,6 +210,13 @@ class BuiltinDigitsSchema:
 @dataclass
 class MnistSchema(LoaderSchema):
     builtin: BuiltinDigitsSchema = field(default_factory=BuiltinDigitsSchema)
+
+    @classmethod
+    def problems(cls, data: DictConfig) -> list[str]:
+        problems = super().problems(data)
+        for split in ("train", "test"):
+            _positive_int(problems, f"data.builtin.{split}", data.builtin[split], " (images of the built-in digits)")
+        return problems
 
 
 @dataclass
@@ -182,6 +232,18 @@ class CnnNetSchema(ClassifierNetSchema):
     hidden: int = MISSING
     dropout: float = MISSING
 
+    @classmethod
+    def problems(cls, net: DictConfig) -> list[str]:
+        problems = []
+        if not 0.0 <= net.dropout < 1.0:
+            problems.append(f"model.net.dropout={net.dropout}: must be >= 0 and < 1, e.g. 0.25")
+        if DIGIT_SIDE % 2 ** len(net.channels):
+            problems.append(
+                f"model.net.channels={list(net.channels)}: each block halves the {DIGIT_SIDE}x{DIGIT_SIDE} "
+                "digits, which must halve exactly: at most 2 blocks, e.g. [32, 64]"
+            )
+        return problems
+
 
 @dataclass
 class CnnSchema:
@@ -190,6 +252,10 @@ class CnnSchema:
     lr: float = MISSING
     memory_format: MemoryFormat = MISSING
     compile: bool = MISSING
+
+    @classmethod
+    def problems(cls, model: DictConfig) -> list[str]:
+        return ModelSchema.problems(model)  # model.lr; the net's own checks are its schema's (CnnNetSchema)
 
 
 @dataclass
@@ -334,6 +400,14 @@ def _positive_int(problems: list[str], name: str, value: Any, hint: str = "") ->
         problems.append(f"{name}={value!r}: must be a whole number >= 1{hint}")
 
 
+def own_problems(node: Any) -> list[str]:
+    """The range checks of the schema a config node was composed from (its `problems`), if any."""
+    if not OmegaConf.is_dict(node):
+        return []
+    check = getattr(OmegaConf.get_type(node), "problems", None)
+    return check(node) if check is not None else []
+
+
 def problems_in(cfg: DictConfig) -> list[str]:
     """Every out-of-range value in a composed train config, one line each (the schema's types
     and enums have already refused wrong types and unknown options while composing)."""
@@ -343,52 +417,16 @@ def problems_in(cfg: DictConfig) -> list[str]:
         _positive_int(problems, name, cfg[name])
     if cfg.warmup_steps < 0:
         problems.append(f"warmup_steps={cfg.warmup_steps}: must be >= 0 (0 measures every step)")
-    if data.get("num_workers", 0) < 0:
-        problems.append(
-            f"data.num_workers={data.num_workers}: must be >= 0 (0 loads in the main process; workers=auto "
-            "uses one per available core)"
-        )
-    if data.get("prefetch_factor") is not None and data.prefetch_factor < 1:
-        problems.append(
-            f"data.prefetch_factor={data.prefetch_factor}: must be >= 1 batches, or null for none (prefetch=off)"
-        )
-    if "level_channels" in model.get("net", {}) and "height" in data:
-        levels = len(model.net.level_channels) - 1
-        divisor = 2**levels
-        for name in ("height", "width"):
-            value = data[name]
-            if value < divisor or value % divisor:
-                problems.append(
-                    f"data.{name}={value}: the U-Net pools {levels} times, so the input size must be a positive "
-                    f"multiple of {divisor} (e.g. 256x384)"
-                )
-    if "holdout_frac" in data and not 0.0 < data.holdout_frac < 1.0:
-        problems.append(
-            f"data.holdout_frac={data.holdout_frac}: must be between 0 and 1 (exclusive): the share of cars "
-            "held out for validation, e.g. 0.2"
-        )
+    # each workload's checks live beside its types (a user's own data or model config has none)
+    problems += own_problems(data) + own_problems(model) + own_problems(model.get("net"))
     precision = cfg.trainer.precision
     if precision not in PRECISIONS:
         options = ", ".join(f"{name} (precision={group})" for name, group in PRECISIONS.items())
         problems.append(f"trainer.precision={precision!r}: use one of {options}")
     if cfg.perf.sample_interval_s <= 0:
         problems.append(f"perf.sample_interval_s={cfg.perf.sample_interval_s}: must be > 0 seconds, e.g. 0.05")
-    if model.get("lr", 1.0) <= 0:
-        problems.append(f"model.lr={model.lr}: must be > 0, e.g. 1e-4")
     if cfg.get("num_threads") is not None:
         _positive_int(problems, "num_threads", cfg.num_threads, " (or threads=one|half|all, or null: torch's default)")
-    if "train" in data.get("builtin", {}):  # MNIST's built-in digits
-        for split in ("train", "test"):
-            _positive_int(problems, f"data.builtin.{split}", data.builtin[split], " (images of the built-in digits)")
-    if "dropout" in model.get("net", {}) and not 0.0 <= model.net.dropout < 1.0:
-        problems.append(f"model.net.dropout={model.net.dropout}: must be >= 0 and < 1, e.g. 0.25")
-    if "dropout" in model.get("net", {}) and DIGIT_SIDE % 2 ** len(model.net.channels):
-        problems.append(
-            f"model.net.channels={list(model.net.channels)}: each block halves the {DIGIT_SIDE}x{DIGIT_SIDE} "
-            "digits, which must halve exactly: at most 2 blocks, e.g. [32, 64]"
-        )
-    if "synthetic" in data and data.synthetic.get("cars", 2) < 2:
-        problems.append(f"data.synthetic.cars={data.synthetic.cars}: must be >= 2 (one to train on, one held out)")
     return problems
 
 

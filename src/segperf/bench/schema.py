@@ -19,14 +19,35 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from segperf.errors import SegperfError
-from segperf.schema import Augment, BuiltinImagesSchema, Cache, Decode, SyntheticSchema
+from segperf.schema import Augment, Cache, Decode
 
 # the training schema's choices (each a list here: the bench runs a grid of them)
 DECODES = tuple(Decode)
 CACHES = tuple(Cache)
 AUGMENTS = tuple(Augment)
 _PIN = {"on": True, "true": True, "off": False, "false": False}
-FORMATS = ("carvana", "imagefolder")  # the layouts of segperf.bench.workloads
+FORMATS = ("carvana", "imagefolder")  # training's data configs the bench builds (conf/data/<format>.yaml)
+
+
+@dataclass
+class SyntheticOverrides:
+    """data.synthetic.* of training's data/carvana.yaml, set for the bench (null: that config's value)."""
+
+    cache_dir: str | None = None
+    cars: int | None = None
+    seed: int | None = None
+    width: int | None = None
+    height: int | None = None
+
+
+@dataclass
+class BuiltinOverrides:
+    """data.builtin.* of training's data/imagefolder.yaml, set for the bench (null: that config's value)."""
+
+    cache_dir: str | None = None
+    classes: int | None = None
+    per_class: int | None = None
+    seed: int | None = None
 
 
 @dataclass
@@ -39,9 +60,9 @@ class BenchDataSchema:
     num_workers: Any = MISSING
     pin_memory: Any = MISSING
     augment: str = MISSING
-    synthetic: SyntheticSchema = field(default_factory=SyntheticSchema)  # the built-in data, as in training
+    synthetic: SyntheticOverrides = field(default_factory=SyntheticOverrides)  # the built-in data's, as in training
     format: str = MISSING
-    builtin: BuiltinImagesSchema = field(default_factory=BuiltinImagesSchema)  # data.format=imagefolder's
+    builtin: BuiltinOverrides = field(default_factory=BuiltinOverrides)  # data.format=imagefolder's
 
 
 @dataclass
@@ -77,8 +98,8 @@ def keys(cfg: Any = None) -> list[str]:
 class Settings:
     """One benchmark run's settings, checked, as plain Python."""
 
-    root: Path | None  # None: the built-in data, made from `synthetic`
-    synthetic: dict[str, Any]
+    root: Path | None  # None: the built-in data of training's data config
+    synthetic: dict[str, Any]  # the data.synthetic.* set for the bench (the rest: the data config's)
     height: int
     width: int
     decode: list[str]
@@ -93,8 +114,8 @@ class Settings:
     num_threads: int | None
     seed: int
     out: Path | None
-    format: str = "carvana"  # data.format: the layout (segperf.bench.workloads)
-    builtin: dict[str, Any] = field(default_factory=dict)  # the built-in image folder, for data.format=imagefolder
+    format: str = "carvana"  # data.format: training's data config (segperf.bench.workload)
+    builtin: dict[str, Any] = field(default_factory=dict)  # the data.builtin.* set, for data.format=imagefolder
 
 
 class BenchSettingsError(SegperfError, ValueError):
@@ -117,6 +138,11 @@ def _hydra(values: list[Any]) -> str:
 
 def _whole(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _set(overrides: DictConfig) -> dict[str, Any]:
+    """The keys of a built-in data section given a value (the others stay the data config's)."""
+    return {k: v for k, v in OmegaConf.to_container(overrides, resolve=True).items() if v is not None}
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -144,7 +170,7 @@ def settings(cfg: DictConfig) -> Settings:
     if data.augment not in AUGMENTS:
         problems.append(f"data.augment={data.augment!r}: use one of {', '.join(AUGMENTS)}")
     for key, value in (("data.height", data.height), ("data.width", data.width), ("images", cfg.images),
-                       ("batch_size", cfg.batch_size), ("data.synthetic.cars", data.synthetic.cars)):  # fmt: skip
+                       ("batch_size", cfg.batch_size)):  # fmt: skip
         if not _whole(value, 1):
             problems.append(f"{key}={value}: must be a whole number >= 1")
     if cfg.min_seconds < 0:
@@ -155,7 +181,7 @@ def settings(cfg: DictConfig) -> Settings:
         raise BenchSettingsError(problems)
     return Settings(
         root=Path(data.root).expanduser() if data.root else None,
-        synthetic=OmegaConf.to_container(data.synthetic, resolve=True),
+        synthetic=_set(data.synthetic),
         height=data.height,
         width=data.width,
         decode=decode,
@@ -171,7 +197,7 @@ def settings(cfg: DictConfig) -> Settings:
         seed=cfg.seed,
         out=Path(cfg.out) if cfg.out else None,
         format=data.format,
-        builtin=OmegaConf.to_container(data.builtin, resolve=True),
+        builtin=_set(data.builtin),
     )
 
 

@@ -56,6 +56,9 @@ class RankShard(Sampler[int]):
 class RunDataModule(L.LightningDataModule):
     # called in each worker process on start (None: DataLoader's default)
     worker_init_fn: Callable[[int], Any] | None = None
+    # where cache=device keeps the data when no trainer runs the module (the loader bench sets
+    # the accelerator); under a trainer, the trainer's device
+    standalone_device = torch.device("cpu")
 
     def __init__(
         self,
@@ -94,9 +97,9 @@ class RunDataModule(L.LightningDataModule):
             return ThreadPrefetchLoader(loader, self.prefetch_factor)
         return loader
 
-    def _train_sampler(self, dataset: Dataset) -> SkippingSampler:
-        """`train_images` drawn from successive seeded shuffles; on resume it skips what the
-        interrupted run already trained on."""
+    def train_sampler(self, dataset: Dataset | range) -> SkippingSampler:
+        """The order the train loader draws: `train_images` from successive seeded shuffles of
+        `dataset`; on resume it skips what the interrupted run already trained on."""
         generator = torch.Generator().manual_seed(self.seed)
         order = RandomSampler(dataset, num_samples=self.train_images, generator=generator)
         rank, world = self.rank_and_world()
@@ -106,6 +109,10 @@ class RunDataModule(L.LightningDataModule):
                 f"use train_images>={world} (or fewer devices)"
             )
         return SkippingSampler(order if world == 1 else RankShard(order, rank, world))
+
+    def cache_device(self) -> torch.device:
+        """Where cache=device keeps the data: the trainer's device, or `standalone_device` without one."""
+        return self.trainer.strategy.root_device if self.trainer is not None else self.standalone_device
 
     def rank_and_world(self) -> tuple[int, int]:
         """This process's global rank and the number of processes (0, 1 without a trainer)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from segperf.errors import SegperfError
+from segperf.errors import InputSizeError
 
 STAGES = (64, 128, 256, 512)  # channels of the four stages
 BLOCKS = (2, 2, 2, 2)  # BasicBlocks per stage: ResNet-18
@@ -26,10 +26,6 @@ DOWNSAMPLE = 32  # stem conv /2, max-pool /2, three strided stages /2 each
 # the smallest input side: the last stage's map is then 2x2 at least, so that BatchNorm in training
 # has more than one value per channel even for a batch of one image (a run's last batch, the FLOP count)
 MIN_SIDE = 2 * DOWNSAMPLE
-
-
-class InputSizeError(SegperfError, ValueError):
-    """An input size the net cannot take: one line naming the settings, no traceback."""
 
 
 class BasicBlock(nn.Module):

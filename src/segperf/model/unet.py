@@ -24,6 +24,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from segperf.errors import InputSizeError
+
 Upsample = Literal["upconv", "deconv"]
 Norm = Literal["none", "batch", "group"]
 # GroupNorm's groups; fewer where a level has under 16 channels, so that each group keeps two
@@ -115,12 +117,18 @@ class UNet(nn.Module):
         self.head = nn.Conv2d(level_channels[0], num_classes, 1)
 
     def check_input_size(self, height: int, width: int) -> None:
-        if height % self.divisor or width % self.divisor:
-            raise ValueError(
-                f"U-Net input must have height and width divisible by {self.divisor} "
-                f"({len(self.encoders) - 1} poolings); got {height}x{width}. "
-                f"Set data.height and data.width to multiples of {self.divisor}, e.g. 256 and 384."
-            )
+        """The U-Net's own rule (checked here only; a run checks it before any work): each pooling
+        halves the input, so both sides are positive multiples of `divisor`. One line per side
+        that breaks it, each naming its setting."""
+        levels = len(self.encoders) - 1
+        problems = [
+            f"data.{name}={value}: the U-Net pools {levels} times, so the input size must be a positive multiple "
+            f"of {self.divisor} (height and width divisible by {self.divisor}; got {height}x{width}), e.g. 256x384"
+            for name, value in (("height", height), ("width", width))
+            if value < self.divisor or value % self.divisor
+        ]
+        if problems:
+            raise InputSizeError("\n".join(problems))
 
     def describe(self, height: int, width: int) -> str:
         """The seed study's model summary for a `height` x `width` input (see `describe`)."""

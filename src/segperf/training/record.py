@@ -45,6 +45,7 @@ class RunRecord:
         self.run_dir = Path(run_dir)
         self.results: dict[str, Any] = {"status": "failed", "dataset": {}, "train": {}, "quality": {}, "notices": []}
         self.results["config"] = plain_config(cfg)
+        self._composed = cfg  # typed by the schema, whose range checks find each workload's by its type
         self.results["axes"] = axis_settings(self.results["config"])
         self.results["process_job"] = next(_RUNS_IN_PROCESS)
         # how busy the machine was around the run (others' CPU during it): the report flags a busy one
@@ -60,8 +61,8 @@ class RunRecord:
     def prepare(self) -> DictConfig:
         """Every bad value at once, before any work; then what this machine cannot do, and the
         checkpoint to resume from. Returns the plain config the run reads from here on."""
+        check_settings(self._composed)
         cfg = OmegaConf.create(self.results["config"])  # plain: the schema has done its job
-        check_settings(cfg)
         self.results["adjusted"] = adapt_to_machine(cfg)
         self.ckpt_path = resume_checkpoint(self.run_dir) if cfg.resume else None
         for setting, change in self.results["adjusted"].items():

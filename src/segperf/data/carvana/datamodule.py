@@ -130,6 +130,11 @@ class CarvanaDataModule(RunDataModule):
             "page_cache_method": self.page_cache.method,
         }
 
+    def train_files(self) -> list[Path]:
+        """The files the train loader reads (the loader bench drops them from the page cache)."""
+        assert self.split is not None, "call setup() first"
+        return [p for s in self.split.train for p in (s.image, s.mask)]
+
     # -- loaders ----------------------------------------------------------------------------
     def _dataset(self, samples, label: str, train: bool = False) -> CarvanaDataset:
         """`samples` decoded as configured; with cache=memory, served from a cache filled now;
@@ -142,13 +147,9 @@ class CarvanaDataModule(RunDataModule):
             dataset.augment = HostAugment(self.seed)
         return dataset
 
-    def _device(self) -> torch.device:
-        """Where cache=device keeps the data: the trainer's device, or the CPU without a trainer."""
-        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-
     def _device_batches(self, dataset: CarvanaDataset, label: str, sampler, train: bool = False) -> DeviceBatches:
         """cache=device: the split decoded once onto the device, batches indexed out of it there."""
-        device = self._device()
+        device = self.cache_device()
         key = cache_key(self.resolved_root, self.height, self.width, self.decode, dataset.samples)
         cache = get_cache("device", dataset, key, device, self.num_workers, label)
         augment = DeviceAugment(self.seed, device) if train and self.augment == "basic" else None
@@ -157,7 +158,7 @@ class CarvanaDataModule(RunDataModule):
     def train_dataloader(self):
         assert self.split is not None, "call setup() first"
         dataset = self._dataset(self.split.train, "train", train=True)
-        sampler = self._train_sampler(dataset)
+        sampler = self.train_sampler(dataset)
         if self.cache == "device":
             loader = self._device_batches(dataset, "train", sampler, train=True)
         else:

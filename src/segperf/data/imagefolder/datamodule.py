@@ -150,6 +150,11 @@ class ImageFolderDataModule(RunDataModule):
             "page_cache_method": self.page_cache.method,
         }
 
+    def train_files(self) -> list[Path]:
+        """The files the train loader reads (the loader bench drops them from the page cache)."""
+        assert self.split is not None, "call setup() first"
+        return [s.path for s in self.split.train]
+
     # -- loaders ----------------------------------------------------------------------------
     def _dataset(self, samples, label: str, train: bool = False) -> ImageFolderDataset:
         """`samples` decoded as configured; with cache=memory served from a cache filled now."""
@@ -165,7 +170,7 @@ class ImageFolderDataModule(RunDataModule):
 
     def _device_batches(self, samples, label: str, sampler, train: bool = False) -> DeviceBatches:
         """cache=device: the split transformed once onto the device, batches indexed out of it there."""
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        device = self.cache_device()
         cache = self._cache("device", samples, label, device)
         augment = DeviceCropFlip(self.seed, device) if train and self.augment == "basic" else None
         plain = ImageFolderDataset(samples, self.height, self.width, self.decode)
@@ -175,11 +180,11 @@ class ImageFolderDataModule(RunDataModule):
         assert self.split is not None, "call setup() first"
         samples = self.split.train
         if self.cache == "device":
-            sampler = self._train_sampler(range(len(samples)))
+            sampler = self.train_sampler(range(len(samples)))
             loader = self._device_batches(samples, "train", sampler, train=True)
         else:
             dataset = self._dataset(samples, "train", train=True)
-            sampler = self._train_sampler(dataset)
+            sampler = self.train_sampler(dataset)
             loader = self._loader(dataset, sampler)
         return self._resumable(loader, sampler)
 

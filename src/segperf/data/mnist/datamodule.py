@@ -179,7 +179,7 @@ class MnistDataModule(RunDataModule):
 
     def train_dataloader(self):
         assert self.split is not None, "call setup() first"
-        sampler = self._train_sampler(self.split.train)
+        sampler = self.train_sampler(self.split.train)
         return self._resumable(self._loader(self.split.train, sampler), sampler)
 
     def val_dataloader(self):
