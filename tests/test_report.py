@@ -122,8 +122,8 @@ def test_report_table_has_one_row_per_configuration_with_ratios_and_valid_charts
     assert noisy[3] == "~1.07×"  # 2.25 / 2.1, within noise (Welch's 95% interval 0.96–1.17 includes 1)
     assert fast[2:4] == ["4.20 [4.00–4.40]", "2.00×"]
     # quality shows its spread over the repeats (Dice 0.89, 0.91, 0.90)
-    assert fast[4:] == ["6.0%", "84.0%", "12.0", "180", "90", "0.900 [0.890–0.910]", "compute-bound"]
-    assert base[6] == "420" and base[10] == "data-bound"
+    assert fast[4:] == ["6.0%", "84.0%", "12.0", "180", "90", "n/a", "0.900 [0.890–0.910]", "compute-bound"]
+    assert base[6] == "420" and base[11] == "data-bound"
     assert "MIXED MACHINES" not in report and "NVIDIA Test GPU" in report
     for chart in CHARTS:
         assert f"]({chart})" in report
@@ -148,7 +148,7 @@ def test_single_runs_get_no_repeated_timings_and_a_classifier_shows_accuracy(tmp
     jobs = {"0_batch_size=64": make_results(500.0, **cnn), "1_batch_size=512": make_results(900.0, **cnn)}
     report = build_report(load_sweep(write_sweep(tmp_path, jobs)), tmp_path, charts_too=False).read_text()
     assert "## Repeated timings" not in report
-    assert "| val accuracy |" in report and table_rows(report)["batch_size=512"][9] == "0.970"
+    assert "| val accuracy |" in report and table_rows(report)["batch_size=512"][10] == "0.970"
 
 
 def test_failed_and_missing_results_are_named_while_the_rest_is_reported(tmp_path):

@@ -15,6 +15,7 @@ from typing import Any
 from segperf.perf.results import write_json_atomic
 from segperf.report import flags as warn
 from segperf.report.decide import RULE, THROUGHPUT, baseline_of, decide
+from segperf.report.mfu import mfu_summary
 from segperf.report.stats import LEVEL, MIN_RUNS
 from segperf.report.sweep import Configuration, Sweep
 
@@ -75,6 +76,7 @@ def configuration_data(
         "not_applied": config.not_applied,
         "same_as": config.same_as,
         "quality": _quality(config, baseline, metric),
+        "measured_mfu": mfu_summary(config),
         "first_job_outlier": None if outlier is None else outlier[0].job,
         "run_details": _runs(config, loads, path),
     }
