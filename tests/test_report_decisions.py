@@ -225,8 +225,8 @@ def test_quality_of_single_runs_is_not_judged(tmp_path):
 
 
 def test_a_slow_first_job_is_left_out_of_the_decision_not_out_of_the_table(tmp_path):
-    # upconv's first job paid the sweep's one-time costs; with it in, Welch would find deconv's
-    # 1.25x within noise (upconv's spread would be 1.4-2.02)
+    # upconv's first job paid the sweep's one-time costs; with it in, upconv's spread (1.4-2.02)
+    # would hide deconv's 1.25x in noise
     values = {"upconv": [1.40, 2.00, 2.02], "deconv": [2.50, 2.52, 2.48]}
     jobs, i = {}, 0
     for repeat in range(3):

@@ -202,8 +202,8 @@ def repeats_section(configs: list[Configuration], baseline: Configuration | None
         "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
         '"mean ± σ"); speed-up: ratio of mean images/s to the baseline\'s, its σ propagated from both '
         "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ. Interval: of the ratio of "
-        "geometric means, by Welch's t; `~`, `(unconfirmed)` and the summary are the training table's one "
-        "decision (its decision rule), never a second opinion.",
+        "geometric means, by the decision rule below; `~`, `(unconfirmed)` and the summary are the "
+        "training table's one decision (its decision rule), never a second opinion.",
         "",
     ]
     return lines

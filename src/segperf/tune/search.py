@@ -23,8 +23,9 @@ Strategy (README, "Tuning"):
 4. **Final.** The start, each preset and the tuned configuration, interleaved, `min_runs` rounds:
    the side-by-side the report shows.
 
-Every "faster beyond noise" is segperf.report.stats.compare_throughput (Welch's t on log
-images/s), the same decision the sweep report states. Why repeat only until distinguishable:
+Every "faster beyond noise" is segperf.report.stats.compare_throughput, the same decision the
+sweep report states, with the run-to-run noise pooled over every comparison the tune has measured
+so far (the probes of one machine in one session). Why repeat only until distinguishable:
 a clear 1.5x needs two pairs, a no-op is given up after `max_runs`; and why pairs are
 interleaved: a machine drifts (thermal, other load) over minutes, and A B A B spreads the drift
 over both sides. Checking after every pair is a sequential test, so a no-op is kept somewhat
@@ -54,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from segperf.errors import SegperfError
-from segperf.report.stats import Comparison, compare_throughput
+from segperf.report.stats import Comparison, Noise, compare_throughput, pooled_noise
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.ledger import Ledger
 from segperf.tune.probe import Config, Measure, Probe, config_of
@@ -322,7 +323,7 @@ class Tuner:
 
     def _judge(self, step: Step, *, runs: int) -> bool:
         """Set the step's ratio and verdict from its probes; True when it is decided (no more runs)."""
-        versus = self._comparison(step.candidate_probes, step.against_probes)
+        versus = self._comparison(step.candidate_probes, step.against_probes, step)
         step.ratio, step.low, step.high = versus.ratio, versus.low, versus.high
         last = step.candidate_probes[-1]
         if last.cut and len(step.candidate_probes) == 1 and runs < self.max_runs:
@@ -346,8 +347,13 @@ class Tuner:
         step.verdict = SAME
         return runs >= self.max_runs
 
-    def _comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
-        return compare_throughput([p.images_per_s for p in candidate], [p.images_per_s for p in against], self.level)
+    def _comparison(self, candidate: list[Probe], against: list[Probe], current: Step | None = None) -> Comparison:
+        return compare_throughput(_rates(candidate), _rates(against), self._noise(current), self.level)
+
+    def _noise(self, current: Step | None) -> Noise | None:
+        """The run-to-run noise pooled over every side of every comparison measured so far."""
+        steps = [*self.steps, *([current] if current is not None and current not in self.steps else [])]
+        return pooled_noise([_rates(side) for s in steps for side in (s.candidate_probes, s.against_probes)])
 
     def _quality_loss(self, probe: Probe, start: Probe) -> str | None:
         """Why `probe`'s quality fails the guard against the start's, or None when it passes."""
@@ -386,6 +392,10 @@ class Tuner:
         if self.quality is not None:
             reserve += self.ledger.estimate(QUALITY, best, self.start)
         return self.ledger.cost(SPEED, configs, best) + reserve <= self.ledger.left()
+
+
+def _rates(probes: list[Probe]) -> list[float | None]:
+    return [p.images_per_s for p in probes]
 
 
 def _not_applied(probes: list[Probe]) -> list[str]:
