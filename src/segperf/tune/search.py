@@ -23,13 +23,11 @@ Strategy (README, "Tuning"):
 4. **Final.** The start, each preset and the tuned configuration, interleaved, `min_runs` rounds:
    the side-by-side the report shows.
 
-Every "faster beyond noise" is segperf.report.stats.compare_throughput, the same decision the
-sweep report states, with the run-to-run noise pooled over every comparison the tune has measured
-so far (the probes of one machine in one session). Why repeat only until distinguishable:
-a clear 1.5x needs two pairs, a no-op is given up after `max_runs`; and why pairs are
-interleaved: a machine drifts (thermal, other load) over minutes, and A B A B spreads the drift
-over both sides. Checking after every pair is a sequential test, so a no-op is kept somewhat
-more often than 2.5% (tests/test_tune_search.py measures it on a simulated workload).
+Every "faster beyond noise" is segperf.report.stats.compare_throughput, the report's rule, its
+noise pooled over all the tune measured. Why repeat only until distinguishable: a clear 1.5x needs
+two pairs, a no-op is given up after `max_runs`; why interleaved: a machine drifts (thermal, load)
+over minutes, and A B A B spreads the drift over both sides. Checking after every pair is a
+sequential test, so a no-op is kept more often than 2.5% (tests/test_tune_search.py measures it).
 
 Why by hand and not Optuna: the decision per candidate is a noise-aware A/B comparison against the
 current best, and "not applied" and "cut" are verdicts of their own; Optuna's samplers optimise a
@@ -55,10 +53,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from segperf.errors import SegperfError
-from segperf.report.stats import Comparison, Noise, compare_throughput, pooled_noise
+from segperf.report.stats import Comparison, compare_throughput
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.ledger import Ledger
-from segperf.tune.probe import Config, Measure, Probe, config_of
+from segperf.tune.probe import Config, Measure, Probe, comparisons_noise, config_of, rates
 from segperf.tune.space import Axis, effective, merge, setting, undo_learning_changes, with_setting, without_settings
 
 KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
@@ -348,12 +346,9 @@ class Tuner:
         return runs >= self.max_runs
 
     def _comparison(self, candidate: list[Probe], against: list[Probe], current: Step | None = None) -> Comparison:
-        return compare_throughput(_rates(candidate), _rates(against), self._noise(current), self.level)
-
-    def _noise(self, current: Step | None) -> Noise | None:
-        """The run-to-run noise pooled over every side of every comparison measured so far."""
-        steps = [*self.steps, *([current] if current is not None and current not in self.steps else [])]
-        return pooled_noise([_rates(side) for s in steps for side in (s.candidate_probes, s.against_probes)])
+        """The one rule, its noise pooled over every comparison so far (`current`: not in self.steps yet)."""
+        steps = [s for s in [*self.steps, current] if s is not None]
+        return compare_throughput(rates(candidate), rates(against), comparisons_noise(steps), self.level)
 
     def _quality_loss(self, probe: Probe, start: Probe) -> str | None:
         """Why `probe`'s quality fails the guard against the start's, or None when it passes."""
@@ -392,10 +387,6 @@ class Tuner:
         if self.quality is not None:
             reserve += self.ledger.estimate(QUALITY, best, self.start)
         return self.ledger.cost(SPEED, configs, best) + reserve <= self.ledger.left()
-
-
-def _rates(probes: list[Probe]) -> list[float | None]:
-    return [p.images_per_s for p in probes]
 
 
 def _not_applied(probes: list[Probe]) -> list[str]:
