@@ -87,9 +87,15 @@ def test_mfu_on_the_cpu_is_against_the_peak_measured_on_this_machine(measured_ru
     throughput = results["throughput"]
     peak = throughput["measured_peak"]
     assert peak["source"] == "measured" and peak["cached"] is False  # an empty cache: measured by this run
-    assert peak["flops_per_s"] > 0 and peak["method"].startswith("torch.matmul")
-    assert throughput["measured_mfu"] == pytest.approx(throughput["achieved_train_flops_per_s"] / peak["flops_per_s"])
+    assert peak["flops_per_s"] > 0 and peak["method"].startswith(("torch.matmul", "conv2d 3x3"))
+    assert "best of: " in peak["method"]  # the kernels it beat, named
     text = (run_dir / "summary.txt").read_text()
+    if throughput["measured_mfu_reason"]:  # a busy machine's probe can read below the run: n/a, never > 100%
+        assert throughput["measured_mfu"] is None
+        assert f"MFU (measured peak)     n/a ({throughput['measured_mfu_reason']})" in text
+        return
+    assert throughput["measured_mfu"] == pytest.approx(throughput["achieved_train_flops_per_s"] / peak["flops_per_s"])
+    assert 0 < throughput["measured_mfu"] <= 1
     assert f"MFU (measured peak)     {throughput['measured_mfu']:.1%}" in text
 
 

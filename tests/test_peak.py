@@ -46,7 +46,14 @@ def test_each_precision_and_device_has_its_own_peak(cache, monkeypatch):
     bf16 = measured_peak("cpu", "bf16-mixed", probe=probe)
     monkeypatch.setattr(peak_module, "device_name", lambda device: "NVIDIA H200" if device.type == "cuda" else "cpu")
     gpu = measured_peak("cuda:0", "bf16-mixed", probe=probe)
-    assert probe.calls == [("cpu", torch.float32), ("cpu", torch.bfloat16), ("cuda", torch.bfloat16)]
+    # a mixed precision's float32 ops are the run's too: its peak is the better of both dtypes
+    assert probe.calls == [
+        ("cpu", torch.float32),
+        ("cpu", torch.bfloat16),
+        ("cpu", torch.float32),
+        ("cuda", torch.bfloat16),
+        ("cuda", torch.float32),
+    ]
     assert (fp32["flops_per_s"], bf16["flops_per_s"]) == (1e11, 3e11)
     assert not gpu["cached"]
     keys = [json.loads(key) for key in json.loads(cache.read_text())]
@@ -55,12 +62,12 @@ def test_each_precision_and_device_has_its_own_peak(cache, monkeypatch):
         ("cpu", "32-true"),
         ("cpu", "bf16-mixed"),
     ]
-    assert measured_peak("cpu", "bf16-mixed", probe=probe)["cached"] and len(probe.calls) == 3
+    assert measured_peak("cpu", "bf16-mixed", probe=probe)["cached"] and len(probe.calls) == 5
 
 
 def test_the_key_names_what_the_peak_depends_on():
     key = fingerprint("cpu", "32-true")
-    assert {"cpu_model", "cores", "torch", "device", "precision", "threads"} <= key.keys()
+    assert {"cpu_model", "cores", "torch", "device", "precision", "threads", "kernels"} <= key.keys()
     assert key["torch"] == torch.__version__ and key["device"] == "cpu"
 
 

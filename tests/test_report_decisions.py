@@ -210,8 +210,8 @@ def test_quality_that_fell_beyond_the_spread_of_repeats_is_marked(tmp_path):
             i += 1
     text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out", charts=True)
     rows = table_rows(text, "## Training")
-    assert rows["workers=auto"][9] == "0.810 [0.800–0.820] (lower)"
-    assert rows["workers=4"][9] == "0.900 [0.890–0.905]"  # within the baseline's spread: not marked
+    assert rows["workers=auto"][10] == "0.810 [0.800–0.820] (lower)"
+    assert rows["workers=4"][10] == "0.900 [0.890–0.905]"  # within the baseline's spread: not marked
     assert [c["quality"]["lower_than_baseline"] for c in data["configurations"]] == [None, True, False]
     assert "`workers=auto`: val Dice 0.810 [0.800–0.820] is lower than the baseline's 0.900" in text
     assert (tmp_path / "out" / "quality.png").read_bytes()[:8] == PNG_MAGIC
@@ -221,12 +221,12 @@ def test_quality_of_single_runs_is_not_judged(tmp_path):
     jobs = {"0_workers=off": run(2.0), "1_workers=auto": run(3.0, axes={"workers": 2}, quality={"val_dice": 0.5})}
     text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
     assert by_label(data)["workers=auto"]["quality"]["lower_than_baseline"] is None
-    assert table_rows(text)["workers=auto"][9] == "0.500"
+    assert table_rows(text)["workers=auto"][10] == "0.500"
 
 
 def test_a_slow_first_job_is_left_out_of_the_decision_not_out_of_the_table(tmp_path):
-    # upconv's first job paid the sweep's one-time costs; with it in, Welch would find deconv's
-    # 1.25x within noise (upconv's spread would be 1.4-2.02)
+    # upconv's first job paid the sweep's one-time costs; with it in, upconv's spread (1.4-2.02)
+    # would hide deconv's 1.25x in noise
     values = {"upconv": [1.40, 2.00, 2.02], "deconv": [2.50, 2.52, 2.48]}
     jobs, i = {}, 0
     for repeat in range(3):
@@ -291,7 +291,7 @@ def test_quality_is_not_judged_from_repeats_of_one_seed_which_train_alike(tmp_pa
             i += 1
     text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
     assert by_label(data)["upsample=deconv"]["quality"]["lower_than_baseline"] is None
-    assert table_rows(text, "## Training")["upsample=deconv"][9] == "0.956 [0.956–0.956]"
+    assert table_rows(text, "## Training")["upsample=deconv"][10] == "0.956 [0.956–0.956]"
     assert "cost quality" not in text and "judged with two seeds or more a side, `seed=0,1,2`" in text
 
 

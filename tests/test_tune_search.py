@@ -270,7 +270,9 @@ def test_a_journal_of_another_start_is_refused(tmp_path):
 
 
 def test_the_quality_guard_rejects_a_faster_configuration_that_learns_worse_and_says_why():
-    workload = Workload({"precision=bf16": 2.0, "workers=auto": 1.4}, quality_loss={"precision=bf16": 0.2})
+    # seed 1: under seed 0's draws the pooled-noise rule keeps the no-op compile=on (a 7% gap in two
+    # pairs, one of the ~5% false calls it allows), and this test is about the quality guard
+    workload = Workload({"precision=bf16": 2.0, "workers=auto": 1.4}, seed=1, quality_loss={"precision=bf16": 0.2})
     result = tune(workload, presets={}, quality=True)
     assert "precision=bf16" not in result.best and "workers=auto" in result.best
     check = result.quality
@@ -284,7 +286,7 @@ def test_the_quality_guard_rejects_a_faster_configuration_that_learns_worse_and_
 
 
 def test_the_quality_guard_passes_a_configuration_that_learns_as_well():
-    result = tune(Workload({"precision=bf16": 2.0}), presets={}, quality=True)
+    result = tune(Workload({"precision=bf16": 2.0}, seed=1), presets={}, quality=True)  # seed: see above
     assert result.best == ("precision=bf16",) and result.quality.verdict == "passed"
 
 

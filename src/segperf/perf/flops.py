@@ -202,6 +202,25 @@ def mfu(images_per_s: float | None, flops_per_image: int | None, peak: float | N
     return float(images_per_s) * float(flops_per_image) / float(peak)
 
 
+def mfu_or_reason(
+    achieved_flops_per_s: float | None, peak: float | None, peak_name: str
+) -> tuple[float | None, str | None]:
+    """MFU = achieved / peak, or (None, why) when the run achieved more than `peak`: a peak the run
+    beats is not a peak (a probe that missed the run's fast path, a spec sheet for another number
+    format), and an MFU over 100% would mislead. (None, None) when either is missing."""
+    if not achieved_flops_per_s or not peak:
+        return None, None
+    if achieved_flops_per_s > peak:
+        achieved, beaten = _flops_rate(achieved_flops_per_s), _flops_rate(peak)
+        return None, f"the {peak_name} was not representative: the run achieved {achieved} > {peak_name} {beaten}"
+    return achieved_flops_per_s / peak, None
+
+
+def _flops_rate(flops_per_s: float) -> str:
+    """'12.3 GFLOP/s' below a TFLOP/s (a CPU), '412.5 TFLOP/s' above (a GPU)."""
+    return f"{flops_per_s / 1e12:,.1f} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:,.1f} GFLOP/s"
+
+
 def throughput_summary(
     train_images_per_s: float | None,
     val_images_per_s: float | None,
@@ -217,20 +236,26 @@ def throughput_summary(
     computed on training (forward + backward FLOPs), against two peaks: the spec sheet's
     (`peak_flops_per_s`, `mfu`; None on a CPU and on a GPU not in the table) and the one measured
     on this machine (`measured_peak`, segperf.perf.peak; `measured_mfu`). Each MFU is None
-    whenever the train rate or its peak is missing.
+    whenever the train rate or its peak is missing, and None with its reason (`mfu_reason`,
+    `measured_mfu_reason`) when the run achieved more than that peak: never above 100%.
     """
     train_flops = flops_per_image(net, input_shape, training=True)
     val_flops = flops_per_image(net, input_shape, training=False)
     peak = peak_flops(device, precision)
     measured = (measured_peak or {}).get("flops_per_s")
+    achieved = None if train_images_per_s is None else float(train_images_per_s) * train_flops
+    spec_mfu, spec_reason = mfu_or_reason(achieved, peak, "spec-sheet peak")
+    measured_mfu, measured_reason = mfu_or_reason(achieved, measured, "peak probe")
     return {
         "train_images_per_s": None if train_images_per_s is None else float(train_images_per_s),
         "val_images_per_s": None if val_images_per_s is None else float(val_images_per_s),
         "train_flops_per_image": train_flops,
         "val_flops_per_image": val_flops,
-        "achieved_train_flops_per_s": None if train_images_per_s is None else float(train_images_per_s) * train_flops,
+        "achieved_train_flops_per_s": achieved,
         "peak_flops_per_s": peak,
-        "mfu": mfu(train_images_per_s, train_flops, peak),
+        "mfu": spec_mfu,
+        "mfu_reason": spec_reason,
         "measured_peak": measured_peak,
-        "measured_mfu": mfu(train_images_per_s, train_flops, measured),
+        "measured_mfu": measured_mfu,
+        "measured_mfu_reason": measured_reason,
     }

@@ -208,12 +208,17 @@ def _peak_rows(tp: dict[str, Any]) -> list[str]:
         rows = [
             _kv("Measured peak TFLOP/s", f"{_num(_scale(measured.get('flops_per_s'), 1e-12), ',.3f')} ({state})"),
             _kv("  measured by", str(measured.get("method"))),
-            _kv("MFU (measured peak)", _pct(measured_mfu)),
+            _kv("MFU (measured peak)", _mfu_cell(measured_mfu, tp.get("measured_mfu_reason"))),
         ]
     else:
         rows = [_kv("MFU (measured peak)", "n/a (not measured: perf.peak_probe=false, or no train rate)")]
     spec = "n/a (no spec sheet for this device)" if spec_peak is None else f"{spec_peak:,.1f} (dense)"
-    return [*rows, _kv("Spec peak TFLOP/s", spec), _kv("MFU (spec peak)", _pct(spec_mfu))]
+    return [*rows, _kv("Spec peak TFLOP/s", spec), _kv("MFU (spec peak)", _mfu_cell(spec_mfu, tp.get("mfu_reason")))]
+
+
+def _mfu_cell(value: float | None, reason: str | None) -> str:
+    """'42.0%', or 'n/a (why)' when the run beat the peak (segperf.perf.flops.mfu_or_reason)."""
+    return f"n/a ({reason})" if reason else _pct(value)
 
 
 def _pct(value: float | None) -> str:

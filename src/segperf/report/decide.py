@@ -8,8 +8,9 @@ table and its summary line, the charts, report.json) reads `decide`, so they can
   away, segperf.report.settings) is "same as X" and gets no speed-up;
 - with fewer than MIN_RUNS completed runs on a side the ratio is shown but unconfirmed
   (`distinguishable` None): `+repeat=0,1,2` confirms it;
-- otherwise Welch's t-test on log images/s at LEVEL (segperf.report.stats.compare_throughput)
-  decides: distinguishable when the interval of the ratio of geometric means excludes 1. A first
+- otherwise segperf.report.stats.compare_throughput decides, with the run-to-run noise pooled
+  over every configuration of the sweep (`sweep_noise`): distinguishable when the LEVEL interval
+  of the ratio of geometric means excludes 1. A first
   job of a sweep process flagged as an outlier (segperf.report.flags: it paid one-time costs) is
   left out of the test, never out of the tables: the order jobs ran in must not decide. So are
   runs that other processes kept busy, as measured during them (`machine_load.others_cores`),
@@ -23,15 +24,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from segperf.report.flags import first_job_outlier, measured_busy
-from segperf.report.stats import LEVEL, MIN_RUNS, Comparison, compare_throughput, median_ratio, speedup
+from segperf.report.stats import (
+    LEVEL,
+    MIN_RUNS,
+    Comparison,
+    Noise,
+    compare_throughput,
+    median_ratio,
+    pooled_noise,
+    speedup,
+)
 from segperf.report.sweep import Configuration
 
 THROUGHPUT = "train.images_per_s"
 CONFIRM = "+repeat=0,1,2"
 RULE = (
-    f"a speed-up is distinguishable from run-to-run noise when Welch's t-test on log images/s rejects "
-    f'"no difference" at the {1 - LEVEL:.0%} level (two-sided): the {LEVEL:.0%} confidence interval of the '
-    f"ratio of geometric means excludes 1. It needs {MIN_RUNS} completed runs on each side; with fewer the "
+    "a speed-up is distinguishable from run-to-run noise when the "
+    f"{LEVEL:.0%} confidence interval of the ratio of geometric means of images/s excludes 1. The noise is "
+    "measured on log images/s, pooled over every configuration of the sweep (they ran on one machine), "
+    "and each configuration's own spread is shrunk toward that pool, weighted by degrees of freedom, so a "
+    "noisier configuration keeps part of its spread; the interval uses Student's t with the pool's degrees "
+    f"of freedom. It needs {MIN_RUNS} completed runs on each side; with fewer the "
     f"ratio is unconfirmed (`{CONFIRM}` confirms it). A first job of a sweep process that is an outlier "
     "(one-time costs) and runs that other processes kept busy (measured during the run; while two quiet runs "
     "remain) are left out of the test (see Warnings)."
@@ -42,7 +55,7 @@ RULE = (
 class Decision:
     """`config` against the baseline on one throughput path. `speedup`: ratio of medians (the
     tables' number); `mean_speedup`: hyperfine's ratio of means with its propagated σ; `test`:
-    the Welch comparison that decides; `distinguishable`: True/False, None = cannot be decided."""
+    the comparison that decides; `distinguishable`: True/False, None = cannot be decided."""
 
     kind: str  # "baseline" | "same" | "ratio" | "n/a"
     speedup: float | None = None
@@ -70,6 +83,11 @@ def decision_values(config: Configuration, path: str = THROUGHPUT) -> list[Any]:
     return [r.get(path) for r in (quiet if len(quiet) >= MIN_RUNS else runs)]
 
 
+def sweep_noise(configs: list[Configuration], path: str = THROUGHPUT) -> Noise | None:
+    """The run-to-run noise of `path` pooled over `configs` (the values each decision compares)."""
+    return pooled_noise([decision_values(c, path) for c in configs])
+
+
 def decide(config: Configuration, baseline: Configuration | None, path: str = THROUGHPUT) -> Decision:
     """The decision for `config` (see the module docstring); "n/a" without a baseline (none, or
     runs from machines that may not be compared) or without a measured throughput."""
@@ -84,6 +102,7 @@ def decide(config: Configuration, baseline: Configuration | None, path: str = TH
     ratio = median_ratio(config.stat(path), baseline.stat(path))
     if ratio is None:
         return Decision("n/a")
-    test = compare_throughput(decision_values(config, path), decision_values(baseline, path))
+    noise = sweep_noise(config.peers or [config, baseline], path)
+    test = compare_throughput(decision_values(config, path), decision_values(baseline, path), noise)
     mean = speedup(config.spread(path), baseline.spread(path))
     return Decision("ratio", ratio, mean, test, test.distinguishable)

@@ -14,7 +14,8 @@ from typing import Any
 
 from segperf.perf.results import write_json_atomic
 from segperf.report import flags as warn
-from segperf.report.decide import RULE, THROUGHPUT, baseline_of, decide
+from segperf.report.decide import RULE, THROUGHPUT, baseline_of, decide, sweep_noise
+from segperf.report.mfu import mfu_summary
 from segperf.report.stats import LEVEL, MIN_RUNS
 from segperf.report.sweep import Configuration, Sweep
 
@@ -25,6 +26,13 @@ QUALITY_KEYS = ("val_dice", "val_pixel_accuracy", "val_accuracy", "agreement_vs_
 def _stat(config: Configuration, path: str) -> dict[str, float | None]:
     stat, spread = config.stat(path), config.spread(path)
     return {"median": stat.median, "min": stat.min, "max": stat.max, "mean": spread.mean, "std": spread.std}
+
+
+def _noise(noise) -> dict[str, Any] | None:
+    """The pooled run-to-run noise the decisions used: relative (0.03 = 3%), its dfs and configurations."""
+    if noise is None:
+        return None
+    return {"relative": noise.relative, "df": noise.df, "configurations": noise.configurations}
 
 
 def _quality(config: Configuration, baseline: Configuration | None, metric: str) -> dict[str, Any]:
@@ -68,6 +76,7 @@ def configuration_data(
         "images_per_s": _stat(config, path),
         "speedup": decision.speedup,
         "speedup_interval": None if test is None or test.low is None else [test.low, test.high],
+        "interval_ratio": None if test is None else test.ratio,  # of geometric means: the interval's centre
         "mean_speedup": None if decision.mean_speedup is None else list(decision.mean_speedup),
         "distinguishable": decision.distinguishable,
         "unconfirmed": decision.unconfirmed,
@@ -75,6 +84,7 @@ def configuration_data(
         "not_applied": config.not_applied,
         "same_as": config.same_as,
         "quality": _quality(config, baseline, metric),
+        "measured_mfu": mfu_summary(config),
         "first_job_outlier": None if outlier is None else outlier[0].job,
         "run_details": _runs(config, loads, path),
     }
@@ -92,7 +102,13 @@ def report_data(sweep: Sweep, allow_mixed_machines: bool = False) -> dict[str, A
     data |= {
         "baseline": train_base.label if train_base else None,
         "comparable_machines": comparable,
-        "decision": {"method": "welch_t_on_log_throughput", "level": LEVEL, "min_runs": MIN_RUNS, "rule": RULE},
+        "decision": {
+            "method": "pooled_shrunk_t_on_log_throughput",
+            "level": LEVEL,
+            "min_runs": MIN_RUNS,
+            "rule": RULE,
+            "noise": _noise(sweep_noise(train) if train_base else None),
+        },
         "configurations": [configuration_data(c, train_base, THROUGHPUT, metric, loads) for c in train],
     }
     warnings = warn.collect(sweep, train, train_base)

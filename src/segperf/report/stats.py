@@ -3,16 +3,18 @@
 Repeats of one configuration (seeds, `repeat=`) scatter by run-to-run noise, so a quantity is
 summarized two ways: as a median with its [min, max] range (`Stat`, the report's main tables),
 and, as hyperfine does, as mean ± sample standard deviation (`Spread`), with ratios whose
-uncertainty is propagated. Whether two configurations differ beyond that noise is one decision,
-`welch` (used through `compare_throughput` for speed-ups): every table and chart of the report
-shows that decision and no other. A missing value (a failed or unmeasured repeat) is left out,
-never counted as zero.
+uncertainty is propagated. Whether two throughputs differ beyond that noise is one decision,
+`compare_throughput`, with the run-to-run noise pooled over the whole sweep (`pooled_noise`):
+every table and chart of the report, report.json and the tuner show that decision and no other.
+`welch` remains for quality metrics, which are not ratios of rates. A missing value (a failed or
+unmeasured repeat) is left out, never counted as zero.
 
 Pure functions of lists of numbers: nothing here knows about runs, files or tables.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -114,6 +116,8 @@ class Comparison:
     high: float | None
     level: float
     distinguishable: bool | None
+    log_se: float | None = None  # standard error of the difference of mean log images/s
+    df: float | None = None  # degrees of freedom of its t interval (the pooled noise's)
 
 
 def welch(a: Any, b: Any, level: float = LEVEL) -> Welch:
@@ -142,28 +146,86 @@ def welch(a: Any, b: Any, level: float = LEVEL) -> Welch:
     return Welch(n_a, n_b, diff, low, high, df, level, low > 0 or high < 0)
 
 
-def compare_throughput(a: Any, b: Any, level: float = LEVEL) -> Comparison:
-    """`welch` on log(values): speed-ups are ratios and run-to-run noise is proportional (a 3%
-    wobble at 2 images/s and at 200), so the test is done on logarithms and its difference and
-    interval come back as the ratio of geometric means. Distinguishable: the interval excludes 1."""
+@dataclass(frozen=True)
+class Noise:
+    """Run-to-run noise of log throughput, pooled over the configurations of a sweep: `variance`
+    of one run's log images/s about its configuration's mean (its square root is about the
+    relative noise: 0.03 for 3%), with `df` degrees of freedom from `configurations`."""
+
+    variance: float
+    df: int
+    configurations: int
+
+    @property
+    def relative(self) -> float:
+        return math.sqrt(self.variance)
+
+
+def _logs(values: Any) -> list[float] | None:
+    """log of the numbers among `values`; None when one is not positive (no log of a zero rate)."""
+    nums = present_numbers(values)
+    return None if any(v <= 0 for v in nums) else [math.log(v) for v in nums]
+
+
+def pooled_noise(groups: Any) -> Noise | None:
+    """The noise of a sweep from every configuration's throughputs (`groups`: one list of values
+    per configuration; one with fewer than MIN_RUNS values, or a non-positive one, adds nothing):
+    the pooled variance of log values about each configuration's mean, each configuration
+    weighted by its degrees of freedom (runs - 1). A slow outlier run or a noisier configuration
+    raises it, which widens every interval (the safe direction: fewer calls, not false ones).
+    None without any repeats."""
+    per = [(len(logs) - 1, statistics.variance(logs)) for g in groups if (logs := _logs(g)) and len(logs) >= MIN_RUNS]
+    if not per:
+        return None
+    df = sum(d for d, _ in per)
+    return Noise(sum(d * v for d, v in per) / df, df, len(per))
+
+
+def shrunk_variance(logs: list[float], noise: Noise) -> float:
+    """One configuration's noise: its own variance of log values shrunk toward the sweep's, each
+    weighted by its degrees of freedom ((pool df x pool variance + own df x own variance) / both
+    dfs, as limma moderates a gene's variance). A configuration noisier than the rest keeps part
+    of its own spread (it cannot hide behind a quiet pool); two runs alone (one df) cannot swing it."""
+    own_df = len(logs) - 1
+    return (noise.df * noise.variance + own_df * statistics.variance(logs)) / (noise.df + own_df)
+
+
+def compare_throughput(a: Any, b: Any, noise: Noise | None = None, level: float = LEVEL) -> Comparison:
+    """`a` against `b` (images/s of each run): the ratio of geometric means, its `level` interval and
+    whether that excludes 1. The one decision rule of segperf: the report, report.json, the
+    charts, the tuner and `segperf.compare` all call it.
+
+    The rule, in words: speed-ups are ratios and run-to-run noise is proportional, so everything
+    is done on log images/s. Each side's noise is its own spread shrunk toward the sweep's pooled
+    noise (`shrunk_variance`; `noise` from `pooled_noise` over all the sweep's configurations,
+    without it pooled over `a` and `b` alone). The interval is the difference of mean logs ±
+    Student's t, with the pool's degrees of freedom, x its standard error, taken back to a ratio;
+    distinguishable when it excludes 1. Why pool: with two runs a side, Welch's test has about one degree of
+    freedom (t = 12.7), so a 2.7-3.4 against 8.4-8.5 images/s comparison came out "not
+    distinguishable"; every configuration of a sweep ran on the same machine in the same hour and
+    tells how much runs there wobble. tests/test_stats.py checks its rates on seeded simulated
+    sweeps. Needs MIN_RUNS values a side (None otherwise); identical repeats with no spread
+    anywhere decide by whether the means differ."""
     xs, ys = present_numbers(a), present_numbers(b)
-    if any(v <= 0 for v in xs + ys):  # no log of a zero throughput: not decidable
+    log_a, log_b = _logs(xs), _logs(ys)
+    if log_a is None or log_b is None:  # no log of a zero throughput: not decidable
         return Comparison(len(xs), len(ys), None, None, None, level, None)
-    test = welch([math.log(v) for v in xs], [math.log(v) for v in ys], level)
-    if test.difference is None:
+    if len(xs) < MIN_RUNS or len(ys) < MIN_RUNS:
         ratio = xs[0] / ys[0] if len(xs) == 1 and len(ys) == 1 else None
-        return Comparison(test.n_a, test.n_b, ratio, None, None, level, None)
+        return Comparison(len(xs), len(ys), ratio, None, None, level, None)
+    noise = noise or pooled_noise([xs, ys])
+    diff = statistics.fmean(log_a) - statistics.fmean(log_b)
+    se = math.sqrt(shrunk_variance(log_a, noise) / len(log_a) + shrunk_variance(log_b, noise) / len(log_b))
+    if se == 0 or not math.isfinite(se):
+        return Comparison(len(xs), len(ys), math.exp(diff), math.exp(diff), math.exp(diff), level, diff != 0, 0.0, None)
+    half = t_critical(level, noise.df) * se
+    low, high = diff - half, diff + half
     return Comparison(
-        test.n_a,
-        test.n_b,
-        math.exp(test.difference),
-        math.exp(test.low),
-        math.exp(test.high),
-        level,
-        test.distinguishable,
+        len(xs), len(ys), math.exp(diff), math.exp(low), math.exp(high), level, low > 0 or high < 0, se, noise.df
     )
 
 
+@functools.lru_cache(maxsize=256)  # a sweep asks for one df over and over
 def t_critical(level: float, df: float) -> float:
     """The two-sided critical value of Student's t: P(|T| > t) = 1 - level with `df` degrees of
     freedom (2.776 for 95% at df=4; 1.960 as df grows). Welch's df is fractional, so a printed

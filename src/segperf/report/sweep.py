@@ -119,6 +119,8 @@ class Configuration:
     key: tuple
     runs: list[Run] = field(default_factory=list)
     same_as: str | None = None  # label of an earlier configuration with the same effective settings
+    # every configuration of its sweep (itself included): the run-to-run noise is pooled over them
+    peers: list[Configuration] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -208,6 +210,8 @@ class Sweep:
             configs.append(Configuration(first.label, key, group))
         _disambiguate(configs)
         mark_same_settings(configs)
+        for config in configs:
+            config.peers = configs
         return configs
 
 

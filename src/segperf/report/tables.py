@@ -13,6 +13,7 @@ from segperf.perf.formatting import fmt_num, fmt_pct, md_table
 from segperf.report.cells import fmt_interval, fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
 from segperf.report.decide import CONFIRM, RULE, baseline_of, decide
 from segperf.report.flags import Flag, quality_fell, quality_metric, warning_lines
+from segperf.report.mfu import mfu_cell, mfu_notes
 from segperf.report.stats import LEVEL
 from segperf.report.sweep import Configuration, Sweep
 
@@ -77,7 +78,7 @@ def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Config
     ids = _machine_ids(sweep)
     headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
     quality_path, quality_name = quality_metric(configs)
-    headers += ["p99 data wait ms", "CPU %", "GPU %", quality_name, "verdict"]
+    headers += ["p99 data wait ms", "CPU %", "GPU %", "MFU", quality_name, "verdict"]
     rows = []
     for c in configs:
         p99 = c.stat("jitter.data_wait.p99").median
@@ -91,6 +92,7 @@ def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Config
             _measured(c, fmt_num(None if p99 is None else p99 * 1000)),
             _measured(c, fmt_num(c.stat("resources.cpu_mean_percent").median, 2)),
             _measured(c, fmt_num(c.stat("resources.gpu_util_mean_percent").median, 2)),
+            mfu_cell(c),
             _quality_cell(c, baseline, quality_path),
             _verdict_kind(c),
         ]
@@ -99,12 +101,12 @@ def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Config
         rows.append(row)
     if len(ids) > 1:
         headers.append("machine")
-    right = set(range(1, 10))
+    right = set(range(1, 11))
     if _any_cold(configs):  # cold reads are slower by design: say which rows had them, next to the count
         headers.insert(2, "page cache")
         for row, c in zip(rows, configs, strict=True):
             row.insert(2, c.page_cache)
-        right = {1} | set(range(3, 11))
+        right = {1} | set(range(3, 12))
     return md_table(headers, rows, right=right)
 
 
@@ -126,6 +128,8 @@ def training_section(
         + "Quality: median [min–max] over repeats, `(lower)` below the baseline's beyond the spread across "
         "seeds (judged with two seeds or more a side, `seed=0,1,2`: repeats of one seed train alike). "
         "Shares: of the run's wall time; `off`: the run's measurement was off. "
+        "MFU: median model FLOPs utilisation against the peak measured on the machine (never above 100%: "
+        "a run that beat its peak probe shows `n/a`, and why, below). "
         + (
             "Page cache: `cold` runs dropped the data files from the OS page cache before starting "
             "(`cold_cache=true`), `warm` runs may have read them from memory."
@@ -134,6 +138,7 @@ def training_section(
             "`cold_cache=true` drops them first)."
         ),
         "",
+        *([*notes, ""] if (notes := mfu_notes(configs)) else []),
         f"Decision rule: {RULE}",
         "",
     ]
@@ -197,8 +202,8 @@ def repeats_section(configs: list[Configuration], baseline: Configuration | None
         "Mean ± sample standard deviation over each configuration's completed runs (hyperfine's "
         '"mean ± σ"); speed-up: ratio of mean images/s to the baseline\'s, its σ propagated from both '
         "sides, r·√((σa/a)² + (σb/b)²). A configuration with one run has no σ. Interval: of the ratio of "
-        "geometric means, by Welch's t; `~`, `(unconfirmed)` and the summary are the training table's one "
-        "decision (its decision rule), never a second opinion.",
+        "geometric means, by the decision rule below; `~`, `(unconfirmed)` and the summary are the "
+        "training table's one decision (its decision rule), never a second opinion.",
         "",
     ]
     return lines

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from segperf.report.stats import Noise, pooled_noise
+
 # A configuration is the tuple of Hydra override strings that sets it on top of the tune's start,
 # sorted, e.g. ("compile=on", "precision=bf16"); () is the start itself.
 Config = tuple[str, ...]
@@ -56,3 +58,14 @@ Measure = Callable[[Sequence[Config], float | None], list[Probe]]
 def config_of(overrides: Sequence[str]) -> Config:
     """The canonical form of a configuration: its override strings, without duplicates, sorted."""
     return tuple(sorted(set(overrides)))
+
+
+def rates(probes: Sequence[Probe]) -> list[float | None]:
+    """The images/s of `probes` (None for a failed one), as the decision rule takes them."""
+    return [p.images_per_s for p in probes]
+
+
+def comparisons_noise(steps: Sequence) -> Noise | None:
+    """The run-to-run noise pooled over both sides (`candidate_probes`, `against_probes`) of every
+    comparison in `steps`: all a tune has measured on this machine (docs/STATISTICS.md)."""
+    return pooled_noise([rates(side) for step in steps for side in (step.candidate_probes, step.against_probes)])

@@ -16,7 +16,7 @@ from typing import Any
 
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
-from segperf.report.stats import compare_throughput, summarize
+from segperf.report.stats import Noise, compare_throughput, pooled_noise, summarize
 
 VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
 
@@ -48,6 +48,11 @@ def ratio_cell(ratio: float | None, low: float | None, high: float | None, disti
     return f"{sign}{ratio:.2f}×{interval}"
 
 
+def final_noise(final: Mapping[str, Any]) -> Noise | None:
+    """The run-to-run noise pooled over every configuration of the final side-by-side."""
+    return pooled_noise([rates(probes) for probes in final.values()])
+
+
 def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]:
     """The final side-by-side: each configuration's images/s and its ratio to the start's."""
     final, configs = result.get("final") or {}, result.get("final_configs") or {}
@@ -55,7 +60,7 @@ def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]
     rows = []
     for name, probes in final.items():
         stat = summarize(rates(probes))
-        versus = compare_throughput(rates(probes), rates(start), level)
+        versus = compare_throughput(rates(probes), rates(start), final_noise(final), level)
         rows.append(
             {
                 "name": name,
@@ -78,7 +83,7 @@ def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, 
     if not tuned or not others:
         return None
     best = max(others, key=lambda n: summarize(rates(others[n])).median)
-    versus = compare_throughput(rates(tuned), rates(others[best]), level)
+    versus = compare_throughput(rates(tuned), rates(others[best]), final_noise(final), level)
     return {"against": best, "ratio": versus.ratio, "low": versus.low, "high": versus.high}
 
 
@@ -143,9 +148,9 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     lines += ["", *[f"![{Path(c).stem}]({Path(c).name})" for c in charts]]
     lines.append("")
     lines.append(
-        f"Ratios are of geometric mean images/s with their {level:.0%} interval (Welch's test on log "
-        "images/s); `~` marks one not distinguishable from 1. Every probe is a run folder here: "
-        "`python -m segperf.report` reads them."
+        f"Ratios are of geometric mean images/s with their {level:.0%} interval (the noise of log "
+        "images/s pooled over the side-by-side); `~` marks one not distinguishable from 1. Every probe "
+        "is a run folder here: `python -m segperf.report` reads them."
     )
     return "\n".join(lines) + "\n"
 

@@ -23,12 +23,11 @@ Strategy (README, "Tuning"):
 4. **Final.** The start, each preset and the tuned configuration, interleaved, `min_runs` rounds:
    the side-by-side the report shows.
 
-Every "faster beyond noise" is segperf.report.stats.compare_throughput (Welch's t on log
-images/s), the same decision the sweep report states. Why repeat only until distinguishable:
-a clear 1.5x needs two pairs, a no-op is given up after `max_runs`; and why pairs are
-interleaved: a machine drifts (thermal, other load) over minutes, and A B A B spreads the drift
-over both sides. Checking after every pair is a sequential test, so a no-op is kept somewhat
-more often than 2.5% (tests/test_tune_search.py measures it on a simulated workload).
+Every "faster beyond noise" is segperf.report.stats.compare_throughput, the report's rule, its
+noise pooled over all the tune measured. Why repeat only until distinguishable: a clear 1.5x needs
+two pairs, a no-op is given up after `max_runs`; why interleaved: a machine drifts (thermal, load)
+over minutes, and A B A B spreads the drift over both sides. Checking after every pair is a
+sequential test, so a no-op is kept more often than 2.5% (tests/test_tune_search.py measures it).
 
 Why by hand and not Optuna: the decision per candidate is a noise-aware A/B comparison against the
 current best, and "not applied" and "cut" are verdicts of their own; Optuna's samplers optimise a
@@ -57,7 +56,7 @@ from segperf.errors import SegperfError
 from segperf.report.stats import Comparison, compare_throughput
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.ledger import Ledger
-from segperf.tune.probe import Config, Measure, Probe, config_of
+from segperf.tune.probe import Config, Measure, Probe, comparisons_noise, config_of, rates
 from segperf.tune.space import Axis, effective, merge, setting, undo_learning_changes, with_setting, without_settings
 
 KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
@@ -322,7 +321,7 @@ class Tuner:
 
     def _judge(self, step: Step, *, runs: int) -> bool:
         """Set the step's ratio and verdict from its probes; True when it is decided (no more runs)."""
-        versus = self._comparison(step.candidate_probes, step.against_probes)
+        versus = self._comparison(step.candidate_probes, step.against_probes, step)
         step.ratio, step.low, step.high = versus.ratio, versus.low, versus.high
         last = step.candidate_probes[-1]
         if last.cut and len(step.candidate_probes) == 1 and runs < self.max_runs:
@@ -346,8 +345,10 @@ class Tuner:
         step.verdict = SAME
         return runs >= self.max_runs
 
-    def _comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
-        return compare_throughput([p.images_per_s for p in candidate], [p.images_per_s for p in against], self.level)
+    def _comparison(self, candidate: list[Probe], against: list[Probe], current: Step | None = None) -> Comparison:
+        """The one rule, its noise pooled over every comparison so far (`current`: not in self.steps yet)."""
+        steps = [s for s in [*self.steps, current] if s is not None]
+        return compare_throughput(rates(candidate), rates(against), comparisons_noise(steps), self.level)
 
     def _quality_loss(self, probe: Probe, start: Probe) -> str | None:
         """Why `probe`'s quality fails the guard against the start's, or None when it passes."""
