@@ -76,6 +76,7 @@ class Accelerator(Choice):
 
 # `raise` is a Python keyword, so this one cannot be written as a class body
 OnBadSample = Choice("OnBadSample", [("raise", "raise"), ("skip", "skip")], module=__name__)
+DataCheck = Choice("DataCheck", [("header", "header"), ("decode", "decode")], module=__name__)
 
 # Lightning precision names segperf measures, and the `precision` group option that sets each.
 # trainer.precision stays a string checked by problems_in, not an enum: OmegaConf matches an
@@ -118,6 +119,9 @@ class ImageDataSchema(LoaderSchema):  # the image data sets': input size, split,
     width: int = MISSING
     holdout_frac: float = MISSING
     on_bad_sample: OnBadSample = MISSING  # type: ignore[valid-type]
+    # the up-front check: headers and end markers, or every file decoded (verdicts cached)
+    check: DataCheck = MISSING  # type: ignore[valid-type]
+    max_image_pixels: int = MISSING  # the largest image accepted, from its header
     # the data-pipeline axes: the data option's own groups set them (data/carvana.yaml's defaults list)
     decode: Decode = MISSING
     cache: Cache = MISSING
@@ -362,6 +366,11 @@ def problems_in(cfg: DictConfig) -> list[str]:
                     f"data.{name}={value}: the U-Net pools {levels} times, so the input size must be a positive "
                     f"multiple of {divisor} (e.g. 256x384)"
                 )
+    if "max_image_pixels" in data and data.max_image_pixels < 1:
+        problems.append(
+            f"data.max_image_pixels={data.max_image_pixels}: must be at least 1 (the pixels of the largest image "
+            "accepted; PIL's own limit is 178,956,970)"
+        )
     if "holdout_frac" in data and not 0.0 < data.holdout_frac < 1.0:
         problems.append(
             f"data.holdout_frac={data.holdout_frac}: must be between 0 and 1 (exclusive): the share of cars "
