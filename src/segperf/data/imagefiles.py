@@ -82,9 +82,10 @@ def caught_warnings() -> Iterator[list[dict[str, str]]]:
 
 
 def allow_pixels(max_pixels: int) -> None:
-    """PIL raises DecompressionBombError beyond twice its own limit, at open: let the setting
-    decide instead (segperf's own check, `too_large`, says it in words that name the setting)."""
-    Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, max_pixels // 2 + 1)
+    """PIL warns beyond its own limit and raises DecompressionBombError beyond twice it, at open:
+    the setting decides instead. segperf checks every declared size itself (`too_large`, right
+    after the header is read, before any pixel is decoded), with words that name the setting."""
+    Image.MAX_IMAGE_PIXELS = None
 
 
 def stat_of(path: Path) -> tuple[int, int]:
