@@ -28,10 +28,9 @@ from segperf.errors import SettingsError  # raised by check_settings; imported f
 
 
 class Choice(StrEnum):
-    """A setting with a fixed set of options (a `str` Enum). Each member's name is what users
-    type (`data.cache=memory`: OmegaConf matches an enum by member name) and its value the same
-    string, so a member equals, and prints as, the plain string the code compares it with.
-    plain_config (enum_to_str) turns them into plain strings for results.json and the run."""
+    """A setting with a fixed set of options (a `str` Enum): a member's name is what users type (`data.cache=memory`:
+    OmegaConf matches an enum by name), its value the same string, so it equals and prints as the string the code
+    compares it with. plain_config (enum_to_str) turns them into plain strings for results.json and the run."""
 
 
 class Decode(Choice):
@@ -119,9 +118,8 @@ class ImageDataSchema(LoaderSchema):  # the image data sets': input size, split,
     width: int = MISSING
     holdout_frac: float = MISSING
     on_bad_sample: OnBadSample = MISSING  # type: ignore[valid-type]
-    # the up-front check: headers and end markers, or every file decoded (verdicts cached)
-    check: DataCheck = MISSING  # type: ignore[valid-type]
-    max_image_pixels: int = MISSING  # the largest image accepted, from its header
+    check: DataCheck = MISSING  # type: ignore[valid-type]  # header | decode: segperf.data.decodecheck
+    max_image_pixels: int = MISSING  # <= 0 refuses every image, each named as "too large" with the setting
     # the data-pipeline axes: the data option's own groups set them (data/carvana.yaml's defaults list)
     decode: Decode = MISSING
     cache: Cache = MISSING
@@ -232,8 +230,7 @@ class TrainerSchema:
 
 @dataclass
 class PathsSchema:
-    # the run folder (Hydra's output dir; train() sets it to the folder it is given)
-    output_dir: str | None = MISSING  # None only where Hydra has no run folder (`--cfg job --resolve`)
+    output_dir: str | None = MISSING  # the run folder (Hydra's; train() sets it); None without one (`--cfg job`)
 
 
 @dataclass
@@ -366,11 +363,6 @@ def problems_in(cfg: DictConfig) -> list[str]:
                     f"data.{name}={value}: the U-Net pools {levels} times, so the input size must be a positive "
                     f"multiple of {divisor} (e.g. 256x384)"
                 )
-    if "max_image_pixels" in data and data.max_image_pixels < 1:
-        problems.append(
-            f"data.max_image_pixels={data.max_image_pixels}: must be at least 1 (the pixels of the largest image "
-            "accepted; PIL's own limit is 178,956,970)"
-        )
     if "holdout_frac" in data and not 0.0 < data.holdout_frac < 1.0:
         problems.append(
             f"data.holdout_frac={data.holdout_frac}: must be between 0 and 1 (exclusive): the share of cars "
