@@ -32,10 +32,9 @@ from segperf.errors import SettingsError  # raised by check_settings; imported f
 
 
 class Choice(StrEnum):
-    """A setting with a fixed set of options (a `str` Enum). Each member's name is what users
-    type (`data.cache=memory`: OmegaConf matches an enum by member name) and its value the same
-    string, so a member equals, and prints as, the plain string the code compares it with.
-    plain_config (enum_to_str) turns them into plain strings for results.json and the run."""
+    """A setting with a fixed set of options (a `str` Enum): a member's name is what users type (`data.cache=memory`:
+    OmegaConf matches an enum by name), its value the same string, so it equals and prints as the string the code
+    compares it with. plain_config (enum_to_str) turns them into plain strings for results.json and the run."""
 
 
 class Decode(Choice):
@@ -80,6 +79,7 @@ class Accelerator(Choice):
 
 # `raise` is a Python keyword, so this one cannot be written as a class body
 OnBadSample = Choice("OnBadSample", [("raise", "raise"), ("skip", "skip")], module=__name__)
+DataCheck = Choice("DataCheck", [("header", "header"), ("decode", "decode")], module=__name__)
 
 # Lightning precision names segperf measures, and the `precision` group option that sets each.
 # trainer.precision stays a string checked by problems_in, not an enum: OmegaConf matches an
@@ -138,6 +138,8 @@ class ImageDataSchema(LoaderSchema):  # the image data sets': input size, split,
     width: int = MISSING
     holdout_frac: float = MISSING
     on_bad_sample: OnBadSample = MISSING  # type: ignore[valid-type]
+    check: DataCheck = MISSING  # type: ignore[valid-type]  # header | decode: segperf.data.decodecheck
+    max_image_pixels: int = MISSING  # <= 0 refuses every image, each named as "too large" with the setting
     # the data-pipeline axes: the data option's own groups set them (data/carvana.yaml's defaults list)
     decode: Decode = MISSING
     cache: Cache = MISSING
@@ -294,8 +296,7 @@ class TrainerSchema:
 
 @dataclass
 class PathsSchema:
-    # the run folder (Hydra's output dir; train() sets it to the folder it is given)
-    output_dir: str | None = MISSING  # None only where Hydra has no run folder (`--cfg job --resolve`)
+    output_dir: str | None = MISSING  # the run folder (Hydra's; train() sets it); None without one (`--cfg job`)
 
 
 @dataclass

@@ -26,6 +26,19 @@ def _kv(key: str, value: str) -> str:
     return f"{key:<24}{value}"
 
 
+NOT_TRAINED = "none: the run stopped before its first training step, so there is no performance to judge"
+
+
+def format_not_trained(results: dict[str, Any]) -> str:
+    """summary.txt of a run that failed before training (its data check, a bad file, ...): what
+    stopped it, and no tables or verdict about a training loop that never ran."""
+    rows = [_kv("Status", results.get("status", "?")), _kv("Verdict", NOT_TRAINED)]
+    error = str(results.get("error", "")).splitlines()
+    rows += [_kv("Error" if i == 0 else "", line) for i, line in enumerate(error)]
+    lines = _section("Run stopped before training", rows)
+    return "\n".join([*lines, RULE]) + "\n"
+
+
 def format_run_summary(results: dict[str, Any]) -> str:
     machine = results.get("machine") or {}
     res = results.get("resources") or {}
@@ -93,10 +106,12 @@ def _dataset_counts(dataset: dict[str, Any]) -> str:
         f"{dataset.get('images', 0):,} datapoints ({dataset.get('train_images', 0):,} train, "
         f"{dataset.get('val_images', 0):,} val)"
     )
-    if "classes" in dataset:  # MNIST: classes, not cars
-        return text + f", {dataset['classes']} classes"
+    files = len({s["path"] for s in dataset.get("skipped") or []})
+    left_out = f"; {files:,} file{'s' if files != 1 else ''} left out (dataset.skipped)" if files else ""
+    if "classes" in dataset:  # MNIST, an image folder: classes, not cars
+        return text + f", {dataset['classes']} classes" + left_out
     cars = f"{dataset.get('train_cars', 0):,} train, {dataset.get('val_cars', 0):,} val"
-    return text + f", {dataset.get('cars', 0):,} cars ({cars})"
+    return text + f", {dataset.get('cars', 0):,} cars ({cars})" + left_out
 
 
 def _quality_rows(quality: dict[str, Any]) -> list[str]:

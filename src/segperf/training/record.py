@@ -21,10 +21,11 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.config import TRAINING_AXIS_KEYS, plain_config
+from segperf.data.skips import warnings_line
 from segperf.errors import explain, is_worker_error
 from segperf.perf.machine_load import load_at_end, load_at_start
 from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
-from segperf.perf.summary import format_run_summary
+from segperf.perf.summary import NOT_TRAINED, format_not_trained, format_run_summary
 from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
 from segperf.training.checkpoints import InterruptCheckpoint, Terminated, TerminateOutsideTraining
@@ -124,9 +125,12 @@ class RunRecord:
         results, cfg, trainer, module = self.results, self.results["config"], self.trainer, self.module
         if self.workload is not None:
             results["dataset"] = self.workload.dataset_summary() or results["dataset"]
+            self._note_run_skips(results["dataset"])
             # a user's workload: the loaders segperf rebuilt, and what could not apply (said, never silent)
             for setting, change in self.workload.record(results).items():
                 results["notices"].append(adjustment_notice(setting, change))
+        if self.never_trained:  # stopped by its data check (or anything else) before a training step
+            results["verdict"] = {"kind": "unknown", "text": NOT_TRAINED}
         if module is not None and getattr(module, "compile_fallback", None):
             change = {
                 "requested": True,
@@ -176,6 +180,30 @@ class RunRecord:
                 f"model.quality.metric={metric}: the module logged no such validation metric (it logged {logged})"
             )
 
+    @property
+    def never_trained(self) -> bool:
+        """A failed run without a training step: its phases and rates measure set-up only, and a
+        verdict on them ("overhead-bound: 100% of the training loop in validation ...") would
+        describe a run that never ran."""
+        trainer = self.trainer
+        return self.results["status"] == "failed" and (trainer is None or trainer.global_step == 0)
+
+    def _note_run_skips(self, dataset: dict[str, Any]) -> None:
+        """The end-of-run word on files that failed after the check (the check's were warned of
+        at set-up) and on the image library's warnings met while loading."""
+        late = [s for s in dataset.get("skipped", []) if s.get("stage", "check") != "check"]
+        if late:
+            files = len({s["path"] for s in late})
+            self.notice(
+                f"data.on_bad_sample=skip: {files} file{'s' if files != 1 else ''} failed to decode during the run "
+                "and the next sample took each one's place (batches kept their size); each is in results.json "
+                f"(dataset.skipped, with reason and stage). First: {late[0]['path']}: {late[0]['reason']} "
+                f"({late[0]['stage']}). data.check=decode finds such files before training."
+            )
+        warned = [w for w in dataset.get("image_warnings", []) if w.get("stage") != "check"]
+        if line := warnings_line(warned):
+            self.notice(f"while loading, {line}")
+
     def _write(self) -> None:
         """One run, one record: under DDP every rank runs train() and sends its row to rank 0,
         which alone writes results.json, summary.txt and the run's last TensorBoard entries."""
@@ -192,9 +220,12 @@ class RunRecord:
             log_hparams(trainer, results)
             log_ranks(trainer, results)
         write_json_atomic(self.run_dir / "results.json", results)
-        summary = format_run_summary(results)
-        write_text_atomic(self.run_dir / "summary.txt", summary)
-        print(summary, end="")
+        if self.never_trained:  # the error says what stopped it; no tables about a run that never ran
+            write_text_atomic(self.run_dir / "summary.txt", format_not_trained(results))
+        else:
+            summary = format_run_summary(results)
+            write_text_atomic(self.run_dir / "summary.txt", summary)
+            print(summary, end="")
         print(f"Results: {self.run_dir / 'results.json'}")
 
 

@@ -1,9 +1,12 @@
 """A fast up-front check of every sample, before any training (real data sets are dirty).
 
-Nothing is decoded: each JPEG and GIF is opened lazily with PIL for its header (format and size),
-and the last bytes of each file are read for its end marker, which is what catches truncated
+With `data.check=header` (the default) nothing is decoded: each JPEG and GIF is opened lazily with
+PIL for its header (format and size; one larger than data.max_image_pixels is refused here), and
+the last bytes of each file are read for its end marker, which is what catches truncated
 downloads. So the check costs a few small reads per file, not a decode, and runs in seconds on the
-5,088 full-size Carvana images.
+5,088 full-size Carvana images. `data.check=decode` then decodes every image and mask that passed,
+on all cores, with verdicts cached (segperf.data.decodecheck). The image library's warnings are
+caught per file (segperf.data.imagefiles) and kept in the report.
 
     report = check_layout(scan_layout(root), workers=2)
     samples, skipped = apply_policy(report.samples, report, policy="raise")  # or "skip"
@@ -21,11 +24,14 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
 from segperf.data.carvana.layout import MASK_RE, Layout, Sample
+from segperf.data.decodecheck import decode_check
 from segperf.data.filechecks import BadDataError, check_each, tail
+from segperf.data.imagefiles import DEFAULT_MAX_PIXELS, allow_pixels, caught_warnings, too_large
 
 JPEG_SOI, JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
 GIF_MAGIC, GIF_TRAILER = b"GIF8", b"\x3b"
@@ -35,6 +41,8 @@ GIF_MAGIC, GIF_TRAILER = b"GIF8", b"\x3b"
 KINDS = {
     "truncated": "truncated",
     "corrupt": "corrupt",
+    "undecodable": "undecodable",
+    "too large": "too large",
     "empty": "empty",
     "unreadable": "unreadable",
     "size mismatch": "image/mask size mismatch",
@@ -59,6 +67,8 @@ class CheckReport:
     orphan_masks: list[Path] = field(default_factory=list)  # masks without an image: a warning, not fatal
     root: Path | None = None  # the data set folder, for messages
     samples: list[Sample] = field(default_factory=list)  # the images with a mask, checked or not
+    warnings: dict[Path, list[dict[str, str]]] = field(default_factory=dict)  # the image library's, per file
+    decoded: int | None = None  # data.check=decode: files decoded now (the others' verdicts were cached)
 
     @property
     def bad_paths(self) -> set[Path]:
@@ -100,8 +110,19 @@ JPEG_IMAGE = FileKind("image", "JPEG", JPEG_SOI, JPEG_EOI, "truncated JPEG (no e
 GIF_MASK = FileKind("mask", "GIF", GIF_MAGIC, GIF_TRAILER, "truncated GIF mask (no trailer byte", "mask is not a GIF")
 
 
-def _check_file(path: Path, kind: FileKind) -> tuple[str | None, str, tuple[int, int] | None]:
-    """(reason or None, kind of problem, size or None) of one file, from its header and its last bytes only."""
+def _check_file(
+    path: Path, kind: FileKind, max_pixels: int = DEFAULT_MAX_PIXELS, warned: dict | None = None
+) -> tuple[str | None, str, tuple[int, int] | None]:
+    """(reason or None, kind of problem, size or None) of one file, from its header and its last
+    bytes only; the image library's warnings about it go into `warned`."""
+    with caught_warnings() as caught:
+        found = _check_header(path, kind, max_pixels)
+    if caught and warned is not None:
+        warned[path] = caught
+    return found
+
+
+def _check_header(path: Path, kind: FileKind, max_pixels: int) -> tuple[str | None, str, tuple[int, int] | None]:
     try:
         size = os.path.getsize(path)
     except OSError as error:
@@ -111,6 +132,8 @@ def _check_file(path: Path, kind: FileKind) -> tuple[str | None, str, tuple[int,
     try:
         with Image.open(path) as im:
             fmt, dims = im.format, im.size
+    except Image.DecompressionBombError as error:
+        return f"too large: {error}", "too large", None
     except PermissionError as error:
         return f"unreadable {kind.noun} ({error.strerror or error})", "unreadable", None
     except Exception as error:  # PIL raises UnidentifiedImageError, SyntaxError, struct.error, ...
@@ -119,6 +142,8 @@ def _check_file(path: Path, kind: FileKind) -> tuple[str | None, str, tuple[int,
         return f"unreadable or corrupt {kind.noun} ({type(error).__name__}: {error})", "corrupt", None
     if fmt != kind.format:
         return f"{kind.wrong_format} (PIL reads it as {fmt})", "corrupt", None
+    if reason := too_large(*dims, max_pixels):  # from the header: nothing decoded
+        return reason, "too large", None
     try:
         if not tail(path, size).endswith(kind.end):
             return f"{kind.truncated})", "truncated", dims
@@ -127,16 +152,18 @@ def _check_file(path: Path, kind: FileKind) -> tuple[str | None, str, tuple[int,
     return None, "", dims
 
 
-def _check_one(sample: Sample | tuple[Path, Path]) -> list[BadSample]:
+def _check_one(
+    sample: Sample | tuple[Path, Path], max_pixels: int = DEFAULT_MAX_PIXELS, warned: dict | None = None
+) -> list[BadSample]:
     """A sample's problems; an (image, expected mask) pair is an image without its mask."""
     if isinstance(sample, tuple):
         image, mask = sample
-        reason, kind, _ = _check_file(image, JPEG_IMAGE)
+        reason, kind, _ = _check_file(image, JPEG_IMAGE, max_pixels, warned)
         found = [BadSample(image, f"no mask ({mask} is missing)", "no mask", image)]
         return found + ([BadSample(image, reason, kind, image)] if reason else [])
     bad: list[BadSample] = []
-    image_reason, image_kind, image_size = _check_file(sample.image, JPEG_IMAGE)
-    mask_reason, mask_kind, mask_size = _check_file(sample.mask, GIF_MASK)
+    image_reason, image_kind, image_size = _check_file(sample.image, JPEG_IMAGE, max_pixels, warned)
+    mask_reason, mask_kind, mask_size = _check_file(sample.mask, GIF_MASK, max_pixels, warned)
     if image_reason:
         bad.append(BadSample(sample.image, image_reason, image_kind, sample.image))
     if mask_reason:
@@ -168,14 +195,32 @@ def check_samples(
     no_mask: Iterable[tuple[Path, Path]] = (),
     orphan_masks: list[Path] | None = None,
     root: Path | None = None,
+    check: str = "header",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    cache_dir: Path | None = None,
+    decoders: int = 1,
 ) -> CheckReport:
     """Check every sample's image and mask without decoding them, and the images of `no_mask`
-    (image, expected mask) pairs; `bad` is sorted by path. Masks without an image are found in
-    the samples' mask folders unless given."""
+    (image, expected mask) pairs; with `check="decode"` also decode every file that passed (in
+    `decoders` processes, verdicts cached under `cache_dir`). `bad` is sorted by path. Masks
+    without an image are found in the samples' mask folders unless given."""
     start = time.perf_counter()
+    allow_pixels(max_pixels)
     items: list[Sample | tuple[Path, Path]] = [*samples, *no_mask]
-    results = check_each(_check_one, items, workers)
-    bad = sorted((b for r in results for b in r), key=lambda b: (str(b.path), list(KINDS).index(b.kind)))
+    warned: dict[Path, list[dict[str, str]]] = {}  # each thread adds its own files' entries
+    results = check_each(lambda item: _check_one(item, max_pixels, warned), items, workers)
+    found = [b for r in results for b in r]
+    decoded = None
+    if check == "decode":
+        found_in = {b.image or b.path for b in found}
+        passed = [s for s in samples if s.image not in found_in]
+        files = [p for s in passed for p in (s.image, s.mask)]
+        decodes = decode_check(files, root or _root(samples) or Path("."), max_pixels, cache_dir, decoders)
+        image_of = {p: s.image for s in passed for p in (s.image, s.mask)}
+        found += [BadSample(p, reason, kind, image_of[p]) for p, (reason, kind) in decodes.problems.items()]
+        warned |= decodes.warnings
+        decoded = decodes.decoded
+    bad = sorted(found, key=lambda b: (str(b.path), list(KINDS).index(b.kind)))
     return CheckReport(
         checked=len(items),
         bad=bad,
@@ -183,13 +228,15 @@ def check_samples(
         orphan_masks=_orphan_masks(samples) if orphan_masks is None else list(orphan_masks),
         root=root or _root(samples),
         samples=list(samples),
+        warnings=warned,
+        decoded=decoded,
     )
 
 
-def check_layout(layout: Layout, workers: int = 1) -> CheckReport:
+def check_layout(layout: Layout, workers: int = 1, **check: Any) -> CheckReport:
     """Every problem of a data folder in one pass: its layout's (an image without a mask, a mask
-    without an image) and every file's."""
-    return check_samples(layout.samples, workers, layout.no_mask, layout.no_image, layout.root)
+    without an image) and every file's; `check`: check_samples' check, max_pixels, cache_dir, decoders."""
+    return check_samples(layout.samples, workers, layout.no_mask, layout.no_image, layout.root, **check)
 
 
 def _first(items: list[str], limit: int) -> str:

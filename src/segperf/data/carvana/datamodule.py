@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import SequentialSampler, Subset
 
-from segperf.config import segperf_cache_dir
+from segperf.config import available_cores, segperf_cache_dir
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, get_cache
 from segperf.data.carvana.augment import DeviceAugment, HostAugment
@@ -18,7 +18,9 @@ from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.data.carvana.layout import Split, scan_layout, split_by_car
 from segperf.data.carvana.synthetic import ensure_synthetic
 from segperf.data.cold import PageCache, drop_page_cache, warm
+from segperf.data.imagefiles import DEFAULT_MAX_PIXELS
 from segperf.data.seeding import seed_worker
+from segperf.data.skips import RunSkips
 from segperf.errors import DataSizeError
 
 
@@ -52,6 +54,8 @@ class CarvanaDataModule(RunDataModule):
         val_images: int = 60,
         batch_size: int = 6,
         on_bad_sample: str = "raise",
+        check: str = "header",
+        max_image_pixels: int = DEFAULT_MAX_PIXELS,
         decode: str = "full",
         cache: str = "off",
         augment: str = "off",
@@ -66,6 +70,9 @@ class CarvanaDataModule(RunDataModule):
         self.holdout_frac = holdout_frac
         self.synthetic = dict(synthetic or {})
         self.on_bad_sample = on_bad_sample
+        # data.check (header | decode) and data.max_image_pixels: segperf.data.carvana.checks
+        self.check, self.max_image_pixels = check, max_image_pixels
+        self.skips = RunSkips(on_bad_sample, max_image_pixels)  # what is left out, at the check and after
         # the data-pipeline axes: segperf.data.carvana.decode, .cache, .augment and .cold
         self.decode, self.cache, self.augment = decode, cache, augment
         self.cold_cache = cold_cache
@@ -90,15 +97,24 @@ class CarvanaDataModule(RunDataModule):
             return
         root = self.resolve_root()
         # every problem at once: the layout's (an image without a mask, ...) and every file's
-        # headers, sizes and JPEG end markers, before any work (~1 s for 5,088 images)
-        report = check_layout(scan_layout(root))
+        # headers, sizes and JPEG end markers, before any work (~1 s for 5,088 images); with
+        # data.check=decode every file decoded too, on all cores
+        report = check_layout(
+            scan_layout(root),
+            check=self.check,
+            max_pixels=self.max_image_pixels,
+            cache_dir=segperf_cache_dir(),
+            decoders=available_cores(),
+        )
         samples, self.skipped = apply_policy(report.samples, report, self.on_bad_sample)
         bad = len(report.bad_images)
+        decoded = "" if report.decoded is None else f" (decoded {report.decoded:,} files, the rest known before)"
         print(
-            f"Checked {report.checked:,} samples in {report.seconds:.1f} s: {bad} bad"
+            f"Checked {report.checked:,} samples{decoded} in {report.seconds:.1f} s: {bad} bad"
             + (f" ({report.counts()}; skipped, data.on_bad_sample=skip)" if bad else "")
             + "."
         )
+        self.skips.after_check(self.skipped, report.warnings, [p for s in samples for p in (s.image, s.mask)])
         if self.cold_cache:  # after the checks, which read the first and last bytes of every file
             self.page_cache = drop_page_cache(p for s in samples for p in (s.image, s.mask))
             print(f"segperf: {self.page_cache.message}")
@@ -124,7 +140,7 @@ class CarvanaDataModule(RunDataModule):
             "root": str(self.resolved_root),
             "synthetic": self.root is None,
             **self.split.summary(),
-            "skipped": list(self.skipped),
+            **self.skips.summary(),  # skipped: the check's and the run's; image_warnings
             # cold: the data files were dropped from the OS page cache before the run (cold_cache)
             "page_cache": self.page_cache.state,
             "page_cache_method": self.page_cache.method,
@@ -139,10 +155,12 @@ class CarvanaDataModule(RunDataModule):
     def _dataset(self, samples, label: str, train: bool = False) -> CarvanaDataset:
         """`samples` decoded as configured; with cache=memory, served from a cache filled now;
         augmented on the host for training unless the device does it (cache=device)."""
-        dataset = CarvanaDataset(samples, self.height, self.width, self.decode)
+        dataset = CarvanaDataset(samples, self.height, self.width, self.decode, bad=self.skips.reader())
         if self.cache == "memory":
             key = cache_key(self.resolved_root, self.height, self.width, self.decode, samples)
+            dataset.bad = self.skips.reader("cache fill")  # a sample that fails is replaced in the cache
             dataset.cache = get_cache("memory", dataset, key, torch.device("cpu"), self.num_workers, label)
+            dataset.bad = self.skips.reader()
         if train and self.augment == "basic" and self.cache != "device":
             dataset.augment = HostAugment(self.seed)
         return dataset
@@ -151,7 +169,9 @@ class CarvanaDataModule(RunDataModule):
         """cache=device: the split decoded once onto the device, batches indexed out of it there."""
         device = self.cache_device()
         key = cache_key(self.resolved_root, self.height, self.width, self.decode, dataset.samples)
+        dataset.bad = self.skips.reader("device cache fill")  # a sample that fails is replaced in the cache
         cache = get_cache("device", dataset, key, device, self.num_workers, label)
+        dataset.bad = self.skips.reader()
         augment = DeviceAugment(self.seed, device) if train and self.augment == "basic" else None
         return DeviceBatches(cache, sampler, self.batch_size, augment, dataset)
 
@@ -169,7 +189,7 @@ class CarvanaDataModule(RunDataModule):
         assert self.split is not None, "call setup() first"
         picked = self.rank_share(evenly_spaced(len(self.split.val), self.val_images))
         if self.cache == "off":
-            dataset = CarvanaDataset(self.split.val, self.height, self.width, self.decode)
+            dataset = CarvanaDataset(self.split.val, self.height, self.width, self.decode, bad=self.skips.reader())
             return self._loader(Subset(dataset, picked))
         # a cache holds only the validation samples used, not the whole held-out split
         dataset = self._dataset([self.split.val[i] for i in picked], "val")

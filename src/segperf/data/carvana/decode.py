@@ -26,19 +26,33 @@ from PIL import Image
 from segperf.data.carvana.layout import Sample
 
 
+def image_at(im: Image.Image, size: tuple[int, int], decode: str = "full") -> np.ndarray:
+    """RGB uint8 [H, W, 3] at `size` (PIL's (width, height) order) of an opened image. No EXIF
+    rotation: a mask is drawn on the pixels as stored, and must stay aligned with them."""
+    if decode == "reduced":
+        # a no-op for non-JPEG files; for a JPEG the decoder itself scales down
+        im.draft("RGB", size)
+    return np.asarray(im.convert("RGB").resize(size, Image.BILINEAR))
+
+
+def mask_at(im: Image.Image, size: tuple[int, int]) -> np.ndarray:
+    """uint8 [H, W], 1 where the palette index is nonzero (car), else 0, of an opened mask (an
+    animated GIF's first frame)."""
+    if im.mode not in ("P", "L", "1"):  # a mask saved as RGB or with alpha: any colour is the car
+        im = im.convert("L")
+    return (np.asarray(im.resize(size, Image.NEAREST)) != 0).astype(np.uint8)
+
+
 def decode_image(path: Path, size: tuple[int, int], decode: str = "full") -> np.ndarray:
-    """RGB uint8 [H, W, 3] at `size` (PIL's (width, height) order)."""
+    """image_at of a file (no pixel limit: the dataset reads through segperf.data.skips, which adds it)."""
     with Image.open(path) as im:
-        if decode == "reduced":
-            # a no-op for non-JPEG files; for a JPEG the decoder itself scales down
-            im.draft("RGB", size)
-        return np.asarray(im.convert("RGB").resize(size, Image.BILINEAR))
+        return image_at(im, size, decode)
 
 
 def decode_mask(path: Path, size: tuple[int, int]) -> np.ndarray:
-    """uint8 [H, W], 1 where the palette index is nonzero (car), else 0."""
+    """mask_at of a file."""
     with Image.open(path) as im:
-        return (np.asarray(im.resize(size, Image.NEAREST)) != 0).astype(np.uint8)
+        return mask_at(im, size)
 
 
 def decode_sample(sample: Sample, size: tuple[int, int], decode: str = "full") -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,16 +3,22 @@
 pass and listed together, then either stop (`data.on_bad_sample=raise`) or leave the bad parts
 out and record them (`skip`).
 
-Nothing is decoded: each image is opened lazily by PIL for its header (is it an image at all,
-which format, which size), and for the formats that have one, the end of the file is read for
-its end marker (JPEG's end-of-image, PNG's IEND chunk, GIF's trailer), which is what catches a
-download cut short. A few small reads per file, so thousands of images take seconds.
+`data.check=header` (the default) decodes nothing: each image is opened lazily by PIL for its
+header (is it an image at all, which format, which size: one larger than data.max_image_pixels is
+refused here, before anything decodes it), and for the formats that have one, the end of the file
+is read for its end marker (JPEG's end-of-image, PNG's IEND chunk, GIF's trailer), which is what
+catches a download cut short. A few small reads per file, so thousands of images take seconds.
+`data.check=decode` then decodes every file that passed, in parallel processes, with its verdict
+cached (segperf.data.decodecheck): it finds the files whose pixels do not decode behind a good
+header, which the quick check cannot see. The image library's warnings are caught per file
+(segperf.data.imagefiles) and kept in the report, for results.json.
 
 The problems, in the order an error lists them:
 
-- of a file: `truncated`, `corrupt` (starts like an image, PIL cannot read its header), `not an
-  image` (an image extension on something else: a text file, an HTML error page), `empty`
-  (0 bytes), `unreadable` (no permission, an I/O error);
+- of a file: `truncated`, `corrupt` (starts like an image, PIL cannot read its header),
+  `undecodable` (its pixels do not decode: data.check=decode), `too large` (more pixels than
+  data.max_image_pixels), `not an image` (an image extension on something else: a text file, an
+  HTML error page), `empty` (0 bytes), `unreadable` (no permission, an I/O error);
 - of a folder: `empty class` (a class folder without images), `no training class` (a class in
   val/ only), `single class` (fewer than two classes: nothing to classify).
 
@@ -30,7 +36,9 @@ from pathlib import Path
 
 from PIL import Image
 
+from segperf.data.decodecheck import decode_check
 from segperf.data.filechecks import BadDataError, check_each, tail
+from segperf.data.imagefiles import DEFAULT_MAX_PIXELS, allow_pixels, caught_warnings, too_large
 from segperf.data.imagefolder.layout import FolderLayout, ImageSample
 
 # PIL's format name -> (first bytes, end marker): a file with the first but not the second was cut off
@@ -43,6 +51,8 @@ END_MARKERS = {
 KINDS = {
     "truncated": ("truncated", "replace the file (a download cut short?) or remove it"),
     "corrupt": ("corrupt", "replace the file or remove it"),
+    "undecodable": ("undecodable", "replace the file or remove it"),
+    "too large": ("too large", "remove it, or raise data.max_image_pixels if it is a real image"),
     "not an image": ("not an image", "remove it, or give it a name without an image extension"),
     "empty": ("empty", "replace the file or remove it"),
     "unreadable": ("unreadable", "make it readable or remove it"),
@@ -69,6 +79,9 @@ class FolderReport:
     seconds: float
     layout: FolderLayout | None = None
     samples: list[ImageSample] = field(default_factory=list)
+    # the image library's warnings, per file ({"kind", "message"} each)
+    warnings: dict[Path, list[dict[str, str]]] = field(default_factory=dict)
+    decoded: int | None = None  # data.check=decode: files decoded now (the others' verdicts were cached)
 
     @property
     def bad_files(self) -> set[Path]:
@@ -85,8 +98,19 @@ def _head(path: Path, n: int = 16) -> bytes:
         return f.read(n)
 
 
-def check_image(path: Path) -> Problem | None:
+def check_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> Problem | None:
     """The problem of one image file, from its header and its last bytes only; None when fine."""
+    return check_image_warned(path, max_pixels)[0]
+
+
+def check_image_warned(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Problem | None, list[dict]]:
+    """check_image's answer, and the image library's warnings about the file."""
+    with caught_warnings() as caught:
+        problem = _check_image(path, max_pixels)
+    return problem, caught
+
+
+def _check_image(path: Path, max_pixels: int) -> Problem | None:
     try:
         size = os.path.getsize(path)
         if size == 0:
@@ -98,6 +122,8 @@ def check_image(path: Path) -> Problem | None:
     try:
         with Image.open(path) as im:
             fmt, width, height = im.format, *im.size
+    except Image.DecompressionBombError as error:
+        return Problem(path, f"too large: {error}", "too large")
     except PermissionError as error:
         return Problem(path, f"unreadable ({error.strerror or error})", "unreadable")
     except Exception as error:  # PIL raises UnidentifiedImageError, SyntaxError, struct.error, ...
@@ -114,6 +140,8 @@ def check_image(path: Path) -> Problem | None:
         return Problem(path, f"corrupt {starts_like} ({type(error).__name__}: {error})", "corrupt")
     if width < 1 or height < 1:
         return Problem(path, f"corrupt {fmt} (size {width}x{height})", "corrupt")
+    if reason := too_large(width, height, max_pixels):  # from the header: nothing decoded
+        return Problem(path, reason, "too large")
     if fmt in END_MARKERS:
         try:
             if not tail(path, size).endswith(END_MARKERS[fmt][1]):
@@ -123,17 +151,35 @@ def check_image(path: Path) -> Problem | None:
     return None
 
 
-def check_folder(layout: FolderLayout, workers: int = 1) -> FolderReport:
+def check_folder(
+    layout: FolderLayout,
+    workers: int = 1,
+    check: str = "header",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    cache_dir: Path | None = None,
+    decoders: int = 1,
+) -> FolderReport:
     """Every problem of an image folder in one pass: its folders' (from the layout) and every
-    image's; `problems` is sorted by kind, then path."""
+    image's (`check`: "header", or "decode" as well, in `decoders` processes with its verdicts
+    cached under `cache_dir`); `problems` is sorted by kind, then path."""
     start = time.perf_counter()
+    allow_pixels(max_pixels)
     samples = layout.samples
     paths = [s.path for s in samples]
-    found = check_each(check_image, paths, workers)
-    problems = [p for p in found if p is not None]
+    found = check_each(lambda path: check_image_warned(path, max_pixels), paths, workers)
+    problems = [p for p, _ in found if p is not None]
+    caught = {path: w for path, (_, w) in zip(paths, found, strict=True) if w}
+    decoded = None
+    if check == "decode":
+        passed = [path for path, (p, _) in zip(paths, found, strict=True) if p is None]
+        decodes = decode_check(passed, layout.root, max_pixels, cache_dir, decoders)
+        problems += [Problem(path, reason, kind) for path, (reason, kind) in decodes.problems.items()]
+        caught |= decodes.warnings
+        decoded = decodes.decoded
     problems += [Problem(p.path, p.reason, p.kind) for p in layout.problems]
-    problems.sort(key=lambda p: (list(KINDS).index(p.kind), str(p.path)))
-    return FolderReport(layout.root, len(paths), problems, time.perf_counter() - start, layout, samples)
+    problems.sort(key=lambda p: (list(KINDS).index(p.kind) if p.kind in KINDS else len(KINDS), str(p.path)))
+    seconds = time.perf_counter() - start
+    return FolderReport(layout.root, len(paths), problems, seconds, layout, samples, caught, decoded)
 
 
 def format_problems(report: FolderReport, limit: int = SHOWN_PER_KIND) -> str:

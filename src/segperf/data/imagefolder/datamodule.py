@@ -24,12 +24,14 @@ from segperf.config import available_cores, segperf_cache_dir
 from segperf.data.base import RunDataModule, evenly_spaced
 from segperf.data.cache import DeviceBatches, get_cache
 from segperf.data.cold import PageCache, drop_page_cache, warm
+from segperf.data.imagefiles import DEFAULT_MAX_PIXELS
 from segperf.data.imagefolder.builtin import ensure_builtin
 from segperf.data.imagefolder.cache import LABEL, DeviceCropFlip, cache_key
 from segperf.data.imagefolder.checks import apply_policy, check_folder
 from segperf.data.imagefolder.dataset import ImageFolderDataset
 from segperf.data.imagefolder.layout import ClassSplit, FolderLayout, scan_folder, stratified_split
 from segperf.data.seeding import seed_worker
+from segperf.data.skips import RunSkips
 from segperf.errors import DataLayoutError, DataSizeError
 
 
@@ -51,6 +53,8 @@ class ImageFolderDataModule(RunDataModule):
         val_images: int = 1000,
         batch_size: int = 32,
         on_bad_sample: str = "raise",
+        check: str = "header",
+        max_image_pixels: int = DEFAULT_MAX_PIXELS,
         decode: str = "full",
         cache: str = "off",
         augment: str = "basic",
@@ -65,6 +69,9 @@ class ImageFolderDataModule(RunDataModule):
         self.holdout_frac, self.split_seed = holdout_frac, split_seed
         self.num_classes = num_classes
         self.on_bad_sample = on_bad_sample
+        # data.check (header | decode) and data.max_image_pixels: segperf.data.imagefolder.checks
+        self.check, self.max_image_pixels = check, max_image_pixels
+        self.skips = RunSkips(on_bad_sample, max_image_pixels)  # what is left out, at the check and after
         self.decode, self.cache, self.augment = decode, cache, augment
         self.cold_cache = cold_cache
         self.builtin = dict(builtin or {})
@@ -89,15 +96,26 @@ class ImageFolderDataModule(RunDataModule):
             return
         root = self.resolved_root = self.resolve_root()
         layout = self.layout = scan_folder(root)
-        # every problem at once (the folders' and each file's headers and end markers), before any work
-        report = check_folder(layout, workers=min(4, 2 * available_cores()))
+        # every problem at once (the folders' and each file's headers and end markers, and with
+        # data.check=decode each file decoded), before any work
+        report = check_folder(
+            layout,
+            workers=min(4, 2 * available_cores()),
+            check=self.check,
+            max_pixels=self.max_image_pixels,
+            cache_dir=segperf_cache_dir(),
+            decoders=available_cores(),
+        )
         kept, self.skipped = apply_policy(report, self.on_bad_sample)
         bad = len(report.problems)
+        decoded = "" if report.decoded is None else f" (decoded {report.decoded:,} files, the rest known before)"
         print(
-            f"Checked {report.checked:,} images in {report.seconds:.1f} s: {bad} problem{'s' if bad != 1 else ''}"
+            f"Checked {report.checked:,} images{decoded} in {report.seconds:.1f} s: "
+            f"{bad} problem{'s' if bad != 1 else ''}"
             + (f" ({report.counts()}; left out, data.on_bad_sample=skip)" if bad else "")
             + "."
         )
+        self.skips.after_check(self.skipped, report.warnings, [s.path for s in kept])
         if self.num_classes is not None and self.num_classes != len(layout.classes):
             raise DataLayoutError(
                 f"data.num_classes={self.num_classes}, but {root} has {len(layout.classes)} classes "
@@ -145,7 +163,7 @@ class ImageFolderDataModule(RunDataModule):
             **self.split.summary(),
             "validated_images": self.validated,
             "ignored_files": self.layout.ignored_files,
-            "skipped": list(self.skipped),
+            **self.skips.summary(),  # skipped: the check's and the run's; image_warnings
             "page_cache": self.page_cache.state,
             "page_cache_method": self.page_cache.method,
         }
@@ -158,13 +176,17 @@ class ImageFolderDataModule(RunDataModule):
     # -- loaders ----------------------------------------------------------------------------
     def _dataset(self, samples, label: str, train: bool = False) -> ImageFolderDataset:
         """`samples` decoded as configured; with cache=memory served from a cache filled now."""
-        dataset = ImageFolderDataset(samples, self.height, self.width, self.decode, train, self.augment, self.seed)
+        dataset = ImageFolderDataset(
+            samples, self.height, self.width, self.decode, train, self.augment, self.seed, bad=self.skips.reader()
+        )
         if self.cache == "memory":
             dataset.cache = self._cache("memory", samples, label, torch.device("cpu"))
         return dataset
 
     def _cache(self, mode: str, samples, label: str, device: torch.device):
-        plain = ImageFolderDataset(samples, self.height, self.width, self.decode)  # validation transform
+        stage = "device cache fill" if mode == "device" else "cache fill"
+        # the validation transform; a file that fails is replaced in the cache by the next one's image
+        plain = ImageFolderDataset(samples, self.height, self.width, self.decode, bad=self.skips.reader(stage))
         key = cache_key(self.resolved_root, self.height, self.width, self.decode, samples)
         return get_cache(mode, plain, key, device, self.num_workers, label, target=LABEL)
 
@@ -173,7 +195,7 @@ class ImageFolderDataModule(RunDataModule):
         device = self.cache_device()
         cache = self._cache("device", samples, label, device)
         augment = DeviceCropFlip(self.seed, device) if train and self.augment == "basic" else None
-        plain = ImageFolderDataset(samples, self.height, self.width, self.decode)
+        plain = ImageFolderDataset(samples, self.height, self.width, self.decode, bad=self.skips.reader())
         return DeviceBatches(cache, sampler, self.batch_size, augment, plain)
 
     def train_dataloader(self):
@@ -192,7 +214,7 @@ class ImageFolderDataModule(RunDataModule):
         assert self.split is not None, "call setup() first"
         picked = self.rank_share(evenly_spaced(len(self.split.val), self.validated))
         if self.cache == "off":
-            dataset = ImageFolderDataset(self.split.val, self.height, self.width, self.decode)
+            dataset = ImageFolderDataset(self.split.val, self.height, self.width, self.decode, bad=self.skips.reader())
             return self._loader(Subset(dataset, picked))
         samples = [self.split.val[i] for i in picked]  # a cache holds only the images validated on
         if self.cache == "device":

@@ -31,6 +31,7 @@ from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
 from segperf.data.imagefolder.layout import ImageSample
+from segperf.data.skips import BadSamples
 
 CROP_SCALE = (0.5, 1.0)  # RandomResizedCrop's share of the image area
 CROP_RATIO = (3 / 4, 4 / 3)
@@ -61,14 +62,21 @@ def cover_size(width: int, height: int, target: tuple[int, int]) -> tuple[int, i
     return max(target[0], math.ceil(width * scale)), max(target[1], math.ceil(height * scale))
 
 
+def rgb_of(im: Image.Image, target: tuple[int, int], decode: str = "full") -> np.ndarray:
+    """RGB uint8 [h, w, 3] of an opened image's first frame (an animated GIF or APNG, a multi-page
+    TIFF: PIL opens them there), upright; with `decode=reduced` a JPEG is decoded at the smallest
+    DCT scale that still covers `target` ((width, height)) after the resize."""
+    if decode == "reduced" and im.format == "JPEG":
+        im.draft("RGB", cover_size(*im.size, target))  # the decoder scales down, by 1/2, 1/4 or 1/8
+    im = ImageOps.exif_transpose(im)  # a photo taken upright stays upright
+    return np.asarray(to_rgb(im))
+
+
 def load_rgb(path: Path, target: tuple[int, int], decode: str = "full") -> np.ndarray:
-    """RGB uint8 [h, w, 3] of an image file, upright; with `decode=reduced` a JPEG is decoded at
-    the smallest DCT scale that still covers `target` ((width, height)) after the resize."""
+    """rgb_of an image file (no pixel limit, warnings as they come: the dataset reads through
+    BadSamples.read, which adds both)."""
     with Image.open(path) as im:
-        if decode == "reduced" and im.format == "JPEG":
-            im.draft("RGB", cover_size(*im.size, target))  # the decoder scales down, by 1/2, 1/4 or 1/8
-        im = ImageOps.exif_transpose(im)  # a photo taken upright stays upright
-        return np.asarray(to_rgb(im))
+        return rgb_of(im, target, decode)
 
 
 class Transforms:
@@ -94,7 +102,9 @@ class ImageFolderDataset(Dataset):
     what the decoder makes, 4x less to move than float32; the module converts on the device).
 
     `train` picks the random crop and flip (when `augment` is "basic"); `cache` is a SampleCache of
-    these samples' validation transforms (then a training sample is cropped from its cached image).
+    these samples' validation transforms (then a training sample is cropped from its cached image);
+    `bad` reads the files and says what a file that fails becomes (segperf.data.skips: under
+    data.on_bad_sample=skip, the next sample that decodes).
     """
 
     def __init__(
@@ -107,6 +117,7 @@ class ImageFolderDataset(Dataset):
         augment: str = "off",
         seed: int = 0,
         cache: Any = None,
+        bad: BadSamples | None = None,
     ) -> None:
         if cache is not None and len(cache) != len(samples):
             raise ValueError(f"a cache of {len(cache)} samples does not belong to a dataset of {len(samples)}")
@@ -114,6 +125,7 @@ class ImageFolderDataset(Dataset):
         self.size = (width, height)  # PIL's order (as CarvanaDataset's)
         self.decode = decode
         self.cache = cache
+        self.bad = bad if bad is not None else BadSamples()
         self.transforms = Transforms(height, width, seed)
         self.random = train and augment == "basic"
         # what segperf.data.seeding.seed_worker reseeds in each worker (None: nothing random)
@@ -128,15 +140,17 @@ class ImageFolderDataset(Dataset):
             image = self.cache.images[index].numpy()  # shared memory, already H x W
             if self.random:
                 image = self.transforms.train(image=image)["image"]
+            label = self.labels[index]
         else:
-            sample = self.samples[index]
-            try:
-                image = load_rgb(sample.path, self.size, self.decode)
-            except OSError as error:
-                raise OSError(f"could not decode image {sample.path}: {error}") from error
+            image, label = self.bad.fetch(index, len(self.samples), self._decoded)
             pipeline = self.transforms.train if self.random else self.transforms.val
             image = pipeline(image=image)["image"]
         # a flip or crop can leave a strided view, which torch.from_numpy refuses; an image already at
         # the target size can come through as PIL's read-only buffer, which torch would warn about
         image = np.ascontiguousarray(image)
-        return torch.from_numpy(image if image.flags.writeable else image.copy()), self.labels[index]
+        return torch.from_numpy(image if image.flags.writeable else image.copy()), label
+
+    def _decoded(self, index: int) -> tuple[np.ndarray, torch.Tensor]:
+        """The image of sample `index` decoded, with its label (a replacement brings its own)."""
+        path = self.samples[index].path
+        return self.bad.read(path, lambda im: rgb_of(im, self.size, self.decode)), self.labels[index]
