@@ -32,6 +32,11 @@ TINY = [
     "val_every_images=4",
     *QUIET,
 ]
+# the same U-Net at a quarter of the width (a sixteenth of the FLOPs and of the weights): fast
+# tests assert what a run does and records, not what it learns (tests/test_learning.py trains the
+# full net), and a step of the full-width net costs seconds on a busy 2-core CPU, tens of them in bf16
+# emulated without native bf16 instructions. Kept out of TINY, which also sizes commands without a U-Net.
+NARROW_UNET = ["model.net.stem_channels=8", "model.net.level_channels=[8,16,32,64,128]"]
 
 
 @pytest.fixture(scope="session")
@@ -102,10 +107,10 @@ def compose_config(*overrides: str) -> DictConfig:
 
 @pytest.fixture
 def tiny_cfg(tiny_carvana):
-    """compose_config with the tiny run size and data folder; extra overrides go last."""
+    """compose_config with the tiny run size, the narrow U-Net and the data folder; extra overrides go last."""
 
     def make(*overrides: str) -> DictConfig:
-        return compose_config(*TINY, f"data.root={tiny_carvana}", *overrides)
+        return compose_config(*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", *overrides)
 
     return make
 

@@ -25,11 +25,11 @@ SEED_PHASES = {
 
 @pytest.fixture(scope="module")
 def measured_run(tmp_path_factory, tiny_carvana):
-    from tests.conftest import TINY, compose_config
+    from tests.conftest import NARROW_UNET, TINY, compose_config
 
     run_dir = tmp_path_factory.mktemp("measured")
-    overrides = [*TINY, f"data.root={tiny_carvana}", "train_images=24", "val_every_images=12", "perf.peak_probe=true"]
-    cfg = compose_config(*overrides)
+    run_size = ["train_images=24", "val_every_images=12", "perf.peak_probe=true"]
+    cfg = compose_config(*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", *run_size)
     with pytest.MonkeyPatch.context() as patch:  # the peak is measured into an empty cache, not the user's
         patch.setenv("SEGPERF_CACHE", str(tmp_path_factory.mktemp("cache")))
         return run_dir, train(cfg, run_dir)
