@@ -14,10 +14,25 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
-from segperf.config import CONFIG_DIR  # noqa: E402
+from segperf.config import CONFIG_DIR, available_cores  # noqa: E402
 from segperf.data.carvana.synthetic import generate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def share_the_cores_between_xdist_workers() -> None:
+    """Under pytest-xdist (`make test` runs `pytest -n 2`) each worker's torch gets its share of the
+    cores: two workers of two threads each on two cores wait for each other at every operation (the
+    fast tier took a third longer). Set before any test module imports segperf.training.run, which
+    reads torch's thread count as "torch's own choice" to restore between sweep jobs."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, available_cores() // workers))
+
+
+share_the_cores_between_xdist_workers()
 # no progress bar or model summary in the test output; a logged step for every step
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.log_every_n_steps=1"]
 # small everything: 64x96 model input (divisible by 16), 240x160 source images; no peak probe (~1 s per
