@@ -10,11 +10,13 @@ STAMP  := $(VENV)/.segperf-installed
 
 export NO_ALBUMENTATIONS_UPDATE := 1
 
-# the suite runs in TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0: in one process), each
-# test module in one worker (a module's shared training run is made once); the few tests marked
-# `serial` read how busy the machine is, so they run afterwards, alone. A plain `pytest` runs it all serially.
+# the suite runs in TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0: in one process), each test
+# sent to whichever worker is free (--dist load; by module, --dist loadscope, tests/test_cli.py's runs,
+# about half the slow tier, would all wait for one worker; pytest 9.2 no longer honours xdist_group);
+# the few tests marked `serial` read how busy the machine is, so they run afterwards, alone.
+# A plain `pytest` runs it all in one process.
 TEST_WORKERS ?= 2
-PARALLEL    := -n $(TEST_WORKERS) --dist loadscope
+PARALLEL    := -n $(TEST_WORKERS) --dist load
 
 # the seed study's cumulative ladder: each step adds one optimization to the previous ones
 LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
