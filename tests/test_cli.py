@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from segperf.config import available_cores
-from tests.conftest import NARROW_UNET, REPO, TINY, compose_config, run_cli
+from tests.conftest import REPO, TINY, compose_config, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +113,6 @@ def test_multirun_sweep_writes_one_named_run_directory_per_job(tmp_path, tiny_ca
         "workers=off,auto",
         "pin=off,on",
         *TINY,
-        *NARROW_UNET,  # four jobs of the sweep and its report: what the net is does not matter here
         f"data.root={tiny_carvana}",
         "hydra.sweep.dir=sweep",
     ]
@@ -145,8 +144,7 @@ def test_multirun_sweep_writes_one_named_run_directory_per_job(tmp_path, tiny_ca
 
 def test_a_failing_sweep_job_is_recorded_and_the_sweep_goes_on(tmp_path, tiny_carvana):
     tiny = [o for o in TINY if not o.startswith("val_images=")]
-    args = ["-m", "val_images=50,4", "+repeat=0", *tiny, *NARROW_UNET, f"data.root={tiny_carvana}"]
-    args.append("hydra.sweep.dir=sweep")
+    args = ["-m", "val_images=50,4", "+repeat=0", *tiny, f"data.root={tiny_carvana}", "hydra.sweep.dir=sweep"]
     done = run_cli(args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "failed" in done.stdout and "the sweep goes on" in done.stdout
