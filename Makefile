@@ -10,6 +10,14 @@ STAMP  := $(VENV)/.segperf-installed
 
 export NO_ALBUMENTATIONS_UPDATE := 1
 
+# the suite runs in TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0: in one process), each test
+# sent to whichever worker is free (--dist load; by module, --dist loadscope, tests/test_cli.py's runs,
+# about half the slow tier, would all wait for one worker; pytest 9.2 no longer honours xdist_group);
+# the few tests marked `serial` read how busy the machine is, so they run afterwards, alone.
+# A plain `pytest` runs it all in one process.
+TEST_WORKERS ?= 2
+PARALLEL    := -n $(TEST_WORKERS) --dist load
+
 # the seed study's cumulative ladder: each step adds one optimization to the previous ones
 LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
 LADDER_ARGS ?=
@@ -56,10 +64,12 @@ demo: setup  ## the main job: a baseline training run on the built-in data
 	$(BIN)/python -m segperf.train
 
 test: setup  ## the whole suite, slow tests included (what CI runs)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PARALLEL) -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 test-fast: setup  ## only the fast tests
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(PARALLEL) -m "not slow and not serial"
+	$(BIN)/python -m pytest -m "not slow and serial"
 
 ladder: setup  ## the cumulative ladder as one sweep, then its report (make ladder LADDER_ARGS="+repeat=0,1,2")
 	$(BIN)/python -m segperf.train -m +opt=$(LADDER) hydra.sweep.dir=$(LADDER_DIR) $(LADDER_ARGS)

@@ -14,10 +14,25 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
-from segperf.config import CONFIG_DIR  # noqa: E402
+from segperf.config import CONFIG_DIR, available_cores  # noqa: E402
 from segperf.data.carvana.synthetic import generate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def share_the_cores_between_xdist_workers() -> None:
+    """Under pytest-xdist (`make test` runs `pytest -n 2`) each worker's torch gets its share of the
+    cores: two workers of two threads each on two cores wait for each other at every operation (the
+    fast tier took a third longer). Set before any test module imports segperf.training.run, which
+    reads torch's thread count as "torch's own choice" to restore between sweep jobs."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, available_cores() // workers))
+
+
+share_the_cores_between_xdist_workers()
 # no progress bar or model summary in the test output; a logged step for every step
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.log_every_n_steps=1"]
 # small everything: 64x96 model input (divisible by 16), 240x160 source images; no peak probe (~1 s per
@@ -32,6 +47,11 @@ TINY = [
     "val_every_images=4",
     *QUIET,
 ]
+# the same U-Net at a quarter of the width (a sixteenth of the FLOPs and of the weights): fast
+# tests assert what a run does and records, not what it learns (tests/test_learning.py trains the
+# full net), and a step of the full-width net costs seconds on a busy 2-core CPU, tens of them in bf16
+# emulated without native bf16 instructions. Kept out of TINY, which also sizes commands without a U-Net.
+NARROW_UNET = ["model.net.stem_channels=8", "model.net.level_channels=[8,16,32,64,128]"]
 
 
 @pytest.fixture(scope="session")
@@ -102,10 +122,10 @@ def compose_config(*overrides: str) -> DictConfig:
 
 @pytest.fixture
 def tiny_cfg(tiny_carvana):
-    """compose_config with the tiny run size and data folder; extra overrides go last."""
+    """compose_config with the tiny run size, the narrow U-Net and the data folder; extra overrides go last."""
 
     def make(*overrides: str) -> DictConfig:
-        return compose_config(*TINY, f"data.root={tiny_carvana}", *overrides)
+        return compose_config(*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", *overrides)
 
     return make
 

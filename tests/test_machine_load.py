@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from segperf.perf import machine_load
 from segperf.perf.machine_load import cpu_clock, cpu_mhz, format_load, load_at_end, load_at_start, others_since
 from segperf.perf.summary import format_run_summary
@@ -51,6 +53,7 @@ def _spin(seconds: float) -> None:
 SPIN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"
 
 
+@pytest.mark.serial  # a parallel test worker's changing load would read as the foreign process's
 def test_other_processes_cpu_during_the_run_is_measured_and_this_process_trees_own_is_not():
     # whatever else this machine runs meanwhile (another test run, a neighbour) is the floor each
     # reading is compared with, so the test holds on a busy machine too

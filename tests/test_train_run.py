@@ -15,10 +15,10 @@ RESULT_KEYS = {"status", "dataset", "train", "quality", "config"}
 
 @pytest.fixture(scope="module")
 def baseline_run(tmp_path_factory, tiny_carvana):
-    from tests.conftest import TINY, compose_config
+    from tests.conftest import NARROW_UNET, TINY, compose_config
 
     run_dir = tmp_path_factory.mktemp("run")
-    cfg = compose_config(*TINY, f"data.root={tiny_carvana}", "train_images=12", "val_every_images=8")
+    cfg = compose_config(*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", "train_images=12", "val_every_images=8")
     results = train(cfg, run_dir)
     return run_dir, results
 
@@ -53,7 +53,7 @@ def test_no_temporary_files_are_left_next_to_the_results(baseline_run):
 def test_last_checkpoint_is_kept_and_loads_without_unpickling_code(baseline_run):
     run_dir, _ = baseline_run
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
-    assert ckpt["net_config"]["level_channels"] == [32, 64, 128, 256, 512]
+    assert ckpt["net_config"]["level_channels"] == [8, 16, 32, 64, 128]  # the run's net (NARROW_UNET)
     assert ckpt["global_step"] == 3
     assert any(k.startswith("net.stem") for k in ckpt["state_dict"])
 
