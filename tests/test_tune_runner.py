@@ -137,6 +137,62 @@ def test_a_quality_run_drops_the_starts_run_size_for_the_learning_runs():
     ]
 
 
+EXAMPLE = ["model=shapes_cnn", "data=shapes", "train_images=64", "val_images=32", "batch_size=16"]
+
+
+def compose_example_tune(*overrides: str):
+    """conf/tune.yaml on the user's example as `--config-dir examples/conf` composes it."""
+    search = f"hydra.searchpath=[file://{REPO / 'examples' / 'conf'}]"
+    return compose_tune(search, *EXAMPLE, *overrides)
+
+
+def test_a_users_model_gets_a_learning_run_at_the_size_the_tune_was_given(monkeypatch):
+    config = compose_example_tune("tune.quality.runs.default=['val_every_images=32']")
+    notes: list[str] = []
+    quality = cli.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes)
+    assert isinstance(quality, LaunchMeasure) and quality.kind == "quality"
+    start = ("batch_size=16", "train_images=64", "val_images=32", "workers=auto")
+    assert quality.job_overrides(start, limit_s=30) == [
+        *config.tune.probe.overrides,  # no progress bar, no checkpoint, ...
+        "batch_size=16",
+        "train_images=64",
+        "val_images=32",
+        "workers=auto",
+        "val_every_images=32",
+    ]
+    assert len(notes) == 1 and "train_images=64, val_images=32, batch_size=16" in notes[0]
+    assert "quality.metric" in notes[0]
+
+
+def test_a_users_model_is_not_checked_when_the_default_learning_run_is_null():
+    config = compose_example_tune("tune.quality.runs.default=null")
+    notes: list[str] = []
+    assert cli.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes) is None
+    expected = "no learning run for model=shapes_cnn (tune.quality.runs.shapes_cnn or .default): quality not checked"
+    assert notes == [expected]
+
+
+def test_a_listed_model_keeps_its_own_learning_run_and_not_the_default():
+    config = compose_tune()
+    notes: list[str] = []
+    quality = cli.quality_measure(config, None, None, config.tune, {"model": "unet"}, notes)
+    assert quality.quality_runs == ["size=demo", "data.height=64", "data.width=96"] and notes == []
+    assert "train_images=40" not in quality.job_overrides(("train_images=40",), limit_s=None)
+
+
+@pytest.mark.parametrize(
+    "quality, value, metric",
+    [
+        ({"val_acc": 0.8, "val_loss": 0.5, "metric": "val_acc", "mode": "max"}, 0.8, "val_acc"),
+        ({"val_acc": 0.8, "val_loss": 0.5, "metric": "val_loss", "mode": "min"}, -0.5, "val_loss"),
+        ({"val_accuracy": 0.7, "val_loss": 0.4}, 0.7, "val_accuracy"),
+    ],
+)
+def test_a_probe_reads_the_quality_metric_its_run_names(tmp_path, quality, value, metric):
+    probe = probe_from_results(("pin=off",), run_folder(tmp_path, "0_", results(quality=quality)))
+    assert (probe.quality, probe.quality_metric) == (value, metric)
+
+
 def test_later_overrides_replace_earlier_ones_of_the_same_key():
     assert merged(["workers=off", "+opt=all"], ["workers=auto"], ["opt=x"]) == ["workers=auto", "opt=x"]
     assert max_time(0.2) == "'00:00:00:01'" and max_time(3601) == "'00:01:00:01'"
