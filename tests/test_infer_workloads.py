@@ -120,6 +120,11 @@ def test_a_users_own_module_infers_from_its_runs_config_with_its_quality_metric(
     assert quality["agreement_vs_fp32"] == 1.0
 
 
+def test_a_users_run_writes_its_tensorboard_event_files_in_its_run_folder(shapes_run):
+    events = list(shapes_run.rglob("events.out.tfevents.*"))
+    assert events and all(e.stat().st_size > 0 for e in events)
+
+
 def test_a_users_module_that_cannot_be_imported_says_where_to_run_infer(shapes_run, tmp_path, monkeypatch):
     for name in [n for n in sys.modules if n == "shapes" or n.startswith("shapes.")]:
         monkeypatch.delitem(sys.modules, name)  # imported by an earlier test: as in a fresh process

@@ -260,6 +260,22 @@ def test_opt_tuned_composes_the_newest_tune_from_the_cache_folder(tmp_path, monk
     assert cfg.data.num_workers == 0  # the command line still wins over the preset
 
 
+def test_opt_tuned_applies_a_tune_of_a_users_model_composed_with_its_config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    best = ("data.num_workers=1", "memory_format=channels_last", "precision=bf16", "workers=auto")
+    body = preset_body(best, compose_example_tune(*best).hydra.runtime.choices)
+    # the user's workload has no U-Net or Carvana groups: the preset names only the groups it has
+    assert not {"override /upsample", "override /decode", "override /cache"} & {k for d in body["defaults"] for k in d}
+    write_preset(tmp_path / "tune", preset_text(body, ["test"]))
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        search = f"hydra.searchpath=[file://{REPO / 'examples' / 'conf'}]"
+        cfg = compose(config_name="train", overrides=[search, *EXAMPLE, "+opt=tuned"])
+    assert cfg.model._target_ == "shapes.model.ShapesCNN" and cfg.data._target_ == "shapes.data.ShapesDataModule"
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.model.memory_format == "channels_last"
+    assert cfg.data.num_workers == 1  # the tuned number, over workers=auto's
+    assert cfg.model.quality.metric == "val_acc"  # the user's own keys untouched
+
+
 # -- the report and tune.json --------------------------------------------------------------
 
 
