@@ -136,6 +136,62 @@ def test_a_quality_run_drops_the_starts_run_size_for_the_learning_runs():
     ]
 
 
+EXAMPLE = ["model=shapes_cnn", "data=shapes", "train_images=64", "val_images=32", "batch_size=16"]
+
+
+def compose_example_tune(*overrides: str):
+    """conf/tune.yaml on the user's example as `--config-dir examples/conf` composes it."""
+    search = f"hydra.searchpath=[file://{REPO / 'examples' / 'conf'}]"
+    return compose_tune(search, *EXAMPLE, *overrides)
+
+
+def test_a_users_model_gets_a_learning_run_at_the_size_the_tune_was_given(monkeypatch):
+    config = compose_example_tune("tune.quality.runs.default=['val_every_images=32']")
+    notes: list[str] = []
+    quality = cli.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes)
+    assert isinstance(quality, LaunchMeasure) and quality.kind == "quality"
+    start = ("batch_size=16", "train_images=64", "val_images=32", "workers=auto")
+    assert quality.job_overrides(start, limit_s=30) == [
+        *config.tune.probe.overrides,  # no progress bar, no checkpoint, ...
+        "batch_size=16",
+        "train_images=64",
+        "val_images=32",
+        "workers=auto",
+        "val_every_images=32",
+    ]
+    assert len(notes) == 1 and "train_images=64, val_images=32, batch_size=16" in notes[0]
+    assert "quality.metric" in notes[0]
+
+
+def test_a_users_model_is_not_checked_when_the_default_learning_run_is_null():
+    config = compose_example_tune("tune.quality.runs.default=null")
+    notes: list[str] = []
+    assert cli.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes) is None
+    expected = "no learning run for model=shapes_cnn (tune.quality.runs.shapes_cnn or .default): quality not checked"
+    assert notes == [expected]
+
+
+def test_a_listed_model_keeps_its_own_learning_run_and_not_the_default():
+    config = compose_tune()
+    notes: list[str] = []
+    quality = cli.quality_measure(config, None, None, config.tune, {"model": "unet"}, notes)
+    assert quality.quality_runs == ["size=demo", "data.height=64", "data.width=96"] and notes == []
+    assert "train_images=40" not in quality.job_overrides(("train_images=40",), limit_s=None)
+
+
+@pytest.mark.parametrize(
+    "quality, value, metric",
+    [
+        ({"val_acc": 0.8, "val_loss": 0.5, "metric": "val_acc", "mode": "max"}, 0.8, "val_acc"),
+        ({"val_acc": 0.8, "val_loss": 0.5, "metric": "val_loss", "mode": "min"}, -0.5, "val_loss"),
+        ({"val_accuracy": 0.7, "val_loss": 0.4}, 0.7, "val_accuracy"),
+    ],
+)
+def test_a_probe_reads_the_quality_metric_its_run_names(tmp_path, quality, value, metric):
+    probe = probe_from_results(("pin=off",), run_folder(tmp_path, "0_", results(quality=quality)))
+    assert (probe.quality, probe.quality_metric) == (value, metric)
+
+
 def test_later_overrides_replace_earlier_ones_of_the_same_key():
     assert merged(["workers=off", "+opt=all"], ["workers=auto"], ["opt=x"]) == ["workers=auto", "opt=x"]
     assert max_time(0.2) == "'00:00:00:01'" and max_time(3601) == "'00:01:00:01'"
@@ -201,6 +257,22 @@ def test_opt_tuned_composes_the_newest_tune_from_the_cache_folder(tmp_path, monk
         cfg = compose(config_name="train", overrides=["+opt=tuned", "data.num_workers=0"])
     assert cfg.trainer.precision == "bf16-mixed" and cfg.model.net.upsample == "deconv"
     assert cfg.data.num_workers == 0  # the command line still wins over the preset
+
+
+def test_opt_tuned_applies_a_tune_of_a_users_model_composed_with_its_config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    best = ("data.num_workers=1", "memory_format=channels_last", "precision=bf16", "workers=auto")
+    body = preset_body(best, compose_example_tune(*best).hydra.runtime.choices)
+    # the user's workload has no U-Net or Carvana groups: the preset names only the groups it has
+    assert not {"override /upsample", "override /decode", "override /cache"} & {k for d in body["defaults"] for k in d}
+    write_preset(tmp_path / "tune", preset_text(body, ["test"]))
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        search = f"hydra.searchpath=[file://{REPO / 'examples' / 'conf'}]"
+        cfg = compose(config_name="train", overrides=[search, *EXAMPLE, "+opt=tuned"])
+    assert cfg.model._target_ == "shapes.model.ShapesCNN" and cfg.data._target_ == "shapes.data.ShapesDataModule"
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.model.memory_format == "channels_last"
+    assert cfg.data.num_workers == 1  # the tuned number, over workers=auto's
+    assert cfg.model.quality.metric == "val_acc"  # the user's own keys untouched
 
 
 # -- the report and tune.json --------------------------------------------------------------

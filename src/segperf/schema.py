@@ -318,7 +318,8 @@ class TuneProbeSchema:
 @dataclass
 class TuneQualitySchema:
     enabled: bool = MISSING
-    runs: dict[str, list[str]] = MISSING
+    # per model; `default` for a model not listed (null: not checked)
+    runs: dict[str, list[str] | None] = MISSING
     tolerance: float = MISSING
 
 

@@ -1,6 +1,6 @@
-"""The two inference throughputs and the quality of the predictions they produce.
+"""The two inference throughputs, and the agreement measures of the predictions they produce.
 
-End-to-end: the validation loader (decode, resize, collate, pin) feeding the model, predictions
+End-to-end: the validation loader (decode, resize, collate, pin) feeding the model, its outputs
 back on the host; what a user of the model waits for. Model-only: the same images already
 converted on the device, forward passes only; what the network alone costs. The gap between the
 two is the loading the seed study's data axes (workers, prefetch, pin) attack.
@@ -9,6 +9,7 @@ two is the loading the seed study's data axes (workers, prefetch, pin) attack.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,29 +20,28 @@ from torch import nn
 class Runner(Protocol):
     """A model behind the two calls the benchmark times: input conversion and forward."""
 
-    def prepare(self, image: torch.Tensor) -> Any: ...
+    def prepare(self, x: torch.Tensor) -> Any: ...
 
-    def forward(self, x: Any) -> torch.Tensor: ...
+    def forward(self, x: Any) -> Any: ...
 
     def sync(self) -> None: ...
 
 
 class TorchRunner:
-    """An eager or compiled torch net in `dtype`, fed like SegmentationModule feeds it in training."""
+    """An eager or compiled torch net in `dtype`: the module's input (fed as training feeds it,
+    segperf.inference.workload) cast to the weights' dtype, in the memory_format group's layout."""
 
-    def __init__(self, net: nn.Module, device: torch.device, dtype: torch.dtype, memory_format: str, pin: bool):
+    def __init__(self, net: nn.Module, device: torch.device, dtype: torch.dtype, memory_format: str):
         self.net, self.device, self.dtype = net, device, dtype
-        self.nchw = memory_format == "nchw"
-        self.non_blocking = pin and device.type == "cuda"
+        self.channels_last = memory_format == "channels_last"
 
-    def prepare(self, image: torch.Tensor) -> torch.Tensor:
-        image = image.to(self.device, non_blocking=self.non_blocking).permute(0, 3, 1, 2)  # HWC view: channels-last
-        if self.nchw:
-            image = image.contiguous()
-        # fp32 scaling first, then the cast: every dtype sees the same rounded pixel values
-        return image.float().div_(255.0).to(self.dtype)
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.dtype) if x.is_floating_point() else x  # the cast keeps the strides
+        if self.channels_last and x.ndim == 4:  # a no-op where the module's own hook chose the layout
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> Any:
         with torch.inference_mode():
             return self.net(x)
 
@@ -58,9 +58,8 @@ class Measurement:
     wall_s: float = 0.0
     model_wall_s: float = 0.0
     passes: int = 0
-    batches: list[torch.Tensor] = field(default_factory=list)  # uint8 HWC, as loaded
-    masks: list[torch.Tensor] = field(default_factory=list)
-    preds: list[torch.Tensor] = field(default_factory=list)  # class index per pixel, on the host
+    batches: list[Any] = field(default_factory=list)  # as loaded, on the host
+    outputs: list[Any] = field(default_factory=list)  # the engine's, on the host
 
     def timing(self) -> dict[str, Any]:
         return {
@@ -73,41 +72,59 @@ class Measurement:
         }
 
 
-def measure(runner: Runner, loader, warmup_batches: int, passes: int) -> Measurement:
+def to_host(output: Any) -> Any:
+    """The outputs where a user of the model reads them (a device-to-host copy waits for the GPU)."""
+    if isinstance(output, torch.Tensor):
+        return output.cpu()
+    if isinstance(output, list | tuple):
+        return type(output)(to_host(item) for item in output)
+    if isinstance(output, dict):
+        return {key: to_host(value) for key, value in output.items()}
+    return output
+
+
+def measure(
+    runner: Runner,
+    feed: Callable[[Any], torch.Tensor],
+    loader: Iterable[Any],
+    warmup_batches: int,
+    passes: int,
+    last_batch: int = 0,
+) -> Measurement:
     """Warm up, then one timed end-to-end pass over the loader, then `passes` timed model-only passes.
 
-    Warm-up runs the first `warmup_batches` batches of the loader through the model (compilation,
-    allocator and kernel caches, worker start-up) and, if the last batch is smaller, one batch of
+    `feed` turns a loaded batch into the module's input on the device. Warm-up runs the first
+    `warmup_batches` batches of the loader through the model (compilation, allocator and kernel
+    caches, worker start-up) and, if the last batch is smaller (`last_batch` images), one batch of
     that size too (a compiled net specializes on it); none of it is timed.
     """
     if passes < 1:
         raise ValueError(f"passes={passes}: the model-only loop needs at least one pass")
     m = Measurement(passes=passes)
-    last = len(loader.dataset) % loader.batch_size
     start = time.perf_counter()
     if warmup_batches > 0:
         batches = iter(loader)
-        for _, (image, _mask) in zip(range(warmup_batches), batches, strict=False):
-            runner.forward(runner.prepare(image))
+        for _, batch in zip(range(warmup_batches), batches, strict=False):
+            x = feed(batch)
+            runner.forward(runner.prepare(x))
             m.warmup_batches += 1
-            if last:
-                runner.forward(runner.prepare(image[:last]))
-                last = 0
+            if last_batch:
+                runner.forward(runner.prepare(x[:last_batch]))
+                last_batch = 0
         del batches  # ends a prefetch thread
         runner.sync()
     m.warmup_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    for image, mask in loader:
-        logits = runner.forward(runner.prepare(image))
-        m.preds.append(logits.argmax(dim=1).cpu())
-        m.batches.append(image)
-        m.masks.append(mask)
+    for batch in loader:
+        x = feed(batch)
+        m.outputs.append(to_host(runner.forward(runner.prepare(x))))
+        m.batches.append(batch)
+        m.images += len(x)
     runner.sync()
     m.wall_s = time.perf_counter() - start
-    m.images = sum(len(b) for b in m.batches)
 
-    inputs = [runner.prepare(image) for image in m.batches]
+    inputs = [runner.prepare(feed(batch)) for batch in m.batches]
     runner.sync()
     start = time.perf_counter()
     for _ in range(passes):
@@ -116,11 +133,6 @@ def measure(runner: Runner, loader, warmup_batches: int, passes: int) -> Measure
     runner.sync()
     m.model_wall_s = time.perf_counter() - start
     return m
-
-
-def predict(runner: Runner, batches: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Class predictions of `runner` on already loaded batches (the fp32 reference, untimed)."""
-    return [runner.forward(runner.prepare(image)).argmax(dim=1).cpu() for image in batches]
 
 
 def pixel_agreement(pred: list[torch.Tensor], target: list[torch.Tensor]) -> float:
@@ -139,18 +151,3 @@ def dice(pred: list[torch.Tensor], target: list[torch.Tensor], num_classes: int)
         total = sum((p == c).sum(1) + (t == c).sum(1) for c in range(1, num_classes))
         scores += [2 * o / n for o, n in zip(overlap.tolist(), total.tolist(), strict=True) if n]
     return sum(scores) / len(scores) if scores else 1.0
-
-
-def quality(m: Measurement, reference: list[torch.Tensor], num_classes: int) -> dict[str, float]:
-    """Accuracy against the ground truth, agreement with the fp32 model's predictions, and what a
-    cast costs: `dice_change_vs_fp32`, this run's Dice against the masks minus the fp32 model's on
-    the same images (0.0 for the fp32 run itself; negative: the cast lost quality)."""
-    val_dice = dice(m.preds, m.masks, num_classes)
-    return {
-        "val_pixel_accuracy": pixel_agreement(m.preds, m.masks),
-        "val_dice": val_dice,
-        "fp32_val_dice": (fp32_dice := dice(reference, m.masks, num_classes)),
-        "dice_change_vs_fp32": val_dice - fp32_dice,
-        "agreement_vs_fp32": pixel_agreement(m.preds, reference),
-        "dice_vs_fp32": dice(m.preds, reference, num_classes),
-    }

@@ -1,18 +1,23 @@
 """Where the weights come from, how they are loaded safely, and which dtype they run in.
 
 A checkpoint is loaded with `torch.load(weights_only=True)`: tensors and plain data only, so a
-file from elsewhere cannot run code on unpickling. The net is rebuilt from the `net_config` that
-SegmentationModule.on_save_checkpoint stores, not from pickled classes.
+file from elsewhere cannot run code on unpickling. The module is rebuilt from its config, not
+from pickled classes: the training run's (results.json `config.model`, any model segperf trains,
+a user's own LightningModule too), or for a bare U-Net checkpoint the `net_config` that
+SegmentationModule.on_save_checkpoint stores.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import pickle
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from segperf.errors import needs_code, unreadable_checkpoint
 from segperf.model.unet import UNet
@@ -45,24 +50,37 @@ def weights_dtype(precision: str) -> torch.dtype:
         ) from None
 
 
-def resolve_source(ckpt: str | None, run_dir: str | None) -> tuple[Path, dict[str, Any] | None]:
-    """The checkpoint file, and the training config when a training run dir is given.
+@dataclass
+class Source:
+    """Where the weights are, and what the training run recorded (None with a bare `ckpt`)."""
 
-    `run_dir` supplies checkpoints/last.ckpt and the config recorded in its results.json (image
-    size, data root); an explicit `ckpt` wins over the run's checkpoint.
+    checkpoint: Path
+    train_config: dict[str, Any] | None = None
+    train_quality: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_source(ckpt: str | None, run_dir: str | None) -> Source:
+    """The checkpoint file, and the training run's config and quality when a run dir is given.
+
+    `run_dir` supplies checkpoints/last.ckpt and the config recorded in its results.json (which
+    model and data module, image size, data root); an explicit `ckpt` wins over the run's checkpoint.
     """
     if ckpt is None and run_dir is None:
         raise InferenceError("no weights given: use ckpt=<path to a .ckpt file> or run_dir=<a training run dir>")
-    train_config = None
+    source = Source(Path())
     if run_dir is not None:
         run = Path(run_dir).expanduser()
         if not run.is_dir():
             raise InferenceError(f"run_dir={run}: no such directory")
         results = run / "results.json"
+        recorded: dict[str, Any] = {}
         if results.is_file():
-            train_config = json.loads(results.read_text()).get("config")
+            recorded = json.loads(results.read_text())
+            source.train_config, source.train_quality = recorded.get("config"), recorded.get("quality") or {}
         if ckpt is None:
             ckpt = str(run / "checkpoints" / "last.ckpt")
+            if not Path(ckpt).is_file():
+                raise InferenceError(no_run_checkpoint(run, recorded))
     path = Path(ckpt).expanduser().absolute()
     if path.is_dir():
         raise InferenceError(
@@ -71,11 +89,23 @@ def resolve_source(ckpt: str | None, run_dir: str | None) -> tuple[Path, dict[st
         )
     if not path.is_file():
         raise InferenceError(f"checkpoint not found: {path}")
-    return path, train_config
+    source.checkpoint = path
+    return source
 
 
-def load_net(path: Path) -> UNet:
-    """The fp32 U-Net of a segperf checkpoint, in eval mode on the CPU."""
+def no_run_checkpoint(run: Path, results: dict[str, Any]) -> str:
+    """Why a training run folder has no checkpoints/last.ckpt, and what to give instead."""
+    status = results.get("status")
+    why = f"the run's status is {status!r}" if status else "it has no results.json (is it a training run folder?)"
+    message = f"run_dir={run} has no checkpoints/last.ckpt to run: {why}; a run saves it at each validation"
+    interrupted = run / "checkpoints" / "interrupted.ckpt"
+    if interrupted.is_file():
+        return f"{message}. It has {interrupted}: give ckpt={interrupted} run_dir={run} to run those weights"
+    return f"{message}. Train it to a validation first (or resume it: python -m segperf.train resume={run})"
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's contents, loaded with weights_only=True (see the module docstring)."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -88,8 +118,29 @@ def load_net(path: Path) -> UNet:
         ) from None
     except Exception as error:  # cut short, or not a torch file at all
         raise InferenceError(unreadable_checkpoint(path, error)) from None
-    if not isinstance(checkpoint, dict) or "net_config" not in checkpoint or "state_dict" not in checkpoint:
-        raise InferenceError(f"{path} is not a segperf checkpoint (no net_config and state_dict)")
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise InferenceError(f"{path} is not a segperf checkpoint (no state_dict: not a Lightning checkpoint)")
+    return checkpoint
+
+
+def unet_model_config(path: Path, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The model config of a bare checkpoint (no training run to read it from): the U-Net in its
+    SegmentationModule, rebuilt from the `net_config` the module stores. Any other net's checkpoint
+    needs its run folder, whose results.json says which model (and data) it trained."""
+    hint = "give run_dir=<its training run folder>: its results.json says which model and data it trained"
+    if "net_config" not in checkpoint:
+        raise InferenceError(f"{path} is not a segperf checkpoint (no net_config and state_dict); {hint}")
+    config = dict(checkpoint["net_config"])
+    unknown = set(config) - set(inspect.signature(UNet).parameters)
+    if unknown:
+        raise InferenceError(f"{path} holds another net than the U-Net ({', '.join(sorted(unknown))}); {hint}")
+    return {"_target_": "segperf.model.SegmentationModule", "net": {"_target_": "segperf.model.UNet", **config}}
+
+
+def load_net(path: Path) -> UNet:
+    """The fp32 U-Net of a segperf checkpoint, in eval mode on the CPU."""
+    checkpoint = read_checkpoint(path)
+    unet_model_config(path, checkpoint)  # a U-Net's, or say which folder to give instead
     state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
     net = UNet(**checkpoint["net_config"])
     try:
@@ -99,22 +150,17 @@ def load_net(path: Path) -> UNet:
     return net.float().eval()
 
 
-def probe_dtype(
-    net_config: dict[str, Any], dtype: torch.dtype, device: torch.device, channels_last: bool
-) -> str | None:
-    """Run a tiny twin of the net (same layers, 4 channels, smallest input) in `dtype`; None when it
-    works, else why not. Which dtypes a torch build runs on a device is found by trying, not by lists."""
-    if dtype == torch.float32:
+def probe_dtype(net: nn.Module, example: torch.Tensor) -> str | None:
+    """Run the cast net on one input of the data (`example`, already in its dtype and layout); None
+    when it works, else why not. Which dtypes a torch build runs on a device is found by trying,
+    not by lists."""
+    if example.dtype == torch.float32:
         return None
-    levels = len(net_config["level_channels"])
-    twin = UNet(**{**net_config, "stem_channels": 4, "level_channels": [4] * levels}).eval().to(device, dtype)
-    side = 2 ** (levels - 1)
-    x = torch.rand(1, net_config["in_channels"], side, side, device=device).to(dtype)
-    if channels_last:
-        twin, x = twin.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     try:
         with torch.inference_mode():
-            twin(x).float().sum().item()
-    except (RuntimeError, NotImplementedError) as error:
+            output = net(example[:1])
+        if isinstance(output, torch.Tensor):
+            output.float().sum().item()
+    except (RuntimeError, NotImplementedError, TypeError) as error:
         return str(error).strip().splitlines()[0]
     return None

@@ -88,8 +88,9 @@ class OrtRunner:
         self.input_name = self.session.get_inputs()[0].name
         self.providers = self.session.get_providers()
 
-    def prepare(self, image: torch.Tensor) -> np.ndarray:
-        return image.permute(0, 3, 1, 2).contiguous().float().div_(255.0).to(self.dtype).numpy()
+    def prepare(self, x: torch.Tensor) -> np.ndarray:
+        """The module's input (as fed to torch) on the host, dense NCHW, in the exported dtype."""
+        return x.detach().cpu().contiguous().to(self.dtype).numpy()
 
     def forward(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(self.session.run(None, {self.input_name: x})[0])
@@ -102,11 +103,11 @@ def compare(ort_runner: OrtRunner, torch_runner, image: torch.Tensor, min_agreem
     """ONNX Runtime's and torch's outputs on the same batch; an error below `min_agreement`."""
     ours = ort_runner.forward(ort_runner.prepare(image)).float()
     theirs = torch_runner.forward(torch_runner.prepare(image)).float().cpu()
-    agreement = float((ours.argmax(1) == theirs.argmax(1)).float().mean())
+    agreement = float((ours.argmax(1) == theirs.argmax(1)).float().mean())  # per image, or per pixel
     result = {"max_abs_diff": float((ours - theirs).abs().max()), "agreement": agreement, "checked_images": len(image)}
     if agreement < min_agreement:
         raise InferenceError(
-            f"onnxruntime's predictions agree with torch's on only {agreement:.2%} of pixels "
+            f"onnxruntime's predictions agree with torch's on only {agreement:.2%} of them "
             f"(< {min_agreement:.0%}; max |logit difference| {result['max_abs_diff']:.3g})"
         )
     return result

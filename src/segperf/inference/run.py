@@ -1,11 +1,13 @@
 """One inference benchmark: `infer(cfg, out_dir)`, what `python -m segperf.infer` calls.
 
-The seed study's inference side: a trained fp32 checkpoint, its weights cast to the dtype of the
+The seed study's inference side, for every model segperf trains (the U-Net, the CNN, ResNet-18,
+a user's own LightningModule): a trained fp32 checkpoint, its weights cast to the dtype of the
 `precision` group (fp32 / bf16 / fp16), run over the validation split with the training axes
 (workers, prefetch, pin, memory_format, compile) and a runtime (the `runtime` group: a class of
 segperf.inference.runtimes, torch or onnxruntime, builds what the benchmark times). Measures
-end-to-end and model-only images/s, and what the cast costs in quality: accuracy against the
-masks and agreement with the fp32 model's own predictions. Sweeps with -m like training.
+end-to-end and model-only images/s, and what the cast costs in quality: the module's own
+validation metrics (segperf.inference.quality) on what was timed, beside the fp32 module's, and
+agreement with the fp32 module's predictions. Sweeps with -m like training.
 """
 
 from __future__ import annotations
@@ -16,27 +18,35 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.axes import inference_axes
 from segperf.config import plain_config
 from segperf.inference import benchmark, runtimes
+from segperf.inference import quality as inference_quality
+from segperf.inference import workload as inference_workload
 from segperf.inference.checkpoint import (
     DTYPE_NAMES,
     PRECISION_OF,
-    load_net,
+    InferenceError,
+    Source,
     probe_dtype,
+    read_checkpoint,
     resolve_source,
+    unet_model_config,
     weights_dtype,
 )
 from segperf.inference.summary import adjust, format_summary, note
 from segperf.perf.results import record_failure, write_json_atomic
 
-# what a training run's config decides about the data, adopted with run_dir unless given explicitly:
-# the same folder, size, split and decoding, and the same policy for bad samples (a run trained
-# with on_bad_sample=skip on a dirty folder is benchmarked on it without stopping at what it left out)
-RUN_DATA_KEYS = ("root", "height", "width", "holdout_frac", "synthetic", "decode", "on_bad_sample")
+# What a training run's config decides about the data is adopted with run_dir unless given
+# explicitly: the same folder, size, split and decoding, the same policy for bad samples (a run
+# trained with on_bad_sample=skip on a dirty folder is benchmarked on it without stopping at what it
+# left out), a user's data module's own arguments. These are infer's own whatever the run did: its
+# DataLoader axes, caching, run size and seed.
+INFER_DATA_KEYS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "cache", "augment")
+INFER_DATA_KEYS += ("cold_cache",)
+INFER_OWN_KEYS = (*INFER_DATA_KEYS, "train_images", "val_images", "batch_size", "seed")
 
 
 def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -49,30 +59,33 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
     results: dict[str, Any] = {"kind": "inference", "status": "failed", "config": None, "axes": axes(cfg)}
     results.update(dataset={}, inference={}, quality={}, adjusted={}, notices=[])
     try:
-        path, train_config = resolve_source(cfg.ckpt, cfg.run_dir)
-        if train_config:
-            adopt_run_data(cfg, train_config.get("data", {}), keep)
+        source = resolve_source(cfg.ckpt, cfg.run_dir)
+        start = time.perf_counter()
+        checkpoint = read_checkpoint(source.checkpoint)
+        adopt_run(cfg, source, checkpoint, keep)
         results["config"] = plain_config(cfg)
         runtime = runtimes.from_config(cfg.runtime)
         device = pick_device(cfg.device)
-        start = time.perf_counter()
-        reference = load_net(path)  # fp32, CPU; load_s: read, rebuild, dtype probe, cast and move
-        reference.check_input_size(cfg.data.height, cfg.data.width)
-        dtype = usable_dtype(cfg, runtime, reference.config, device, results)
-        net = copy.deepcopy(reference).to(device, dtype)
+        workload = inference_workload.build(
+            cfg.model,
+            cfg.data,
+            checkpoint["state_dict"],
+            val_images=cfg.val_images,
+            batch_size=cfg.batch_size,
+            device=device,
+            checkpoint=str(source.checkpoint),
+        )
+        del checkpoint
+        results["dataset"] = {**workload.dataset_summary(), "val_images_used": workload.images}
+        example = workload.feed(next(iter(workload.loader)))
+        # load_s: read, rebuild, cast and move, and the dtype probe (one image in the cast net)
+        net, dtype = cast_net(cfg, runtime, workload.net, example, device, results)
         load_s = time.perf_counter() - start
-
-        datamodule = instantiate(cfg.data, val_images=cfg.val_images or 1, batch_size=cfg.batch_size)
-        datamodule.setup("validate")
-        if cfg.val_images is None:  # null: the whole validation split
-            datamodule.val_images = len(datamodule.split.val)
-        results["dataset"] = {**datamodule.summary(), "val_images_used": datamodule.val_images}
-        loader = datamodule.val_dataloader()
 
         built = runtime.build(
             runtimes.Job(
                 net=net,
-                reference=reference,
+                reference=workload.net,
                 dtype=dtype,
                 device=device,
                 memory_format=cfg.model.memory_format,
@@ -80,17 +93,14 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
                 pin_memory=cfg.data.pin_memory,
                 precision=cfg.trainer.precision,
                 batch_size=cfg.batch_size,
-                loader=loader,
+                example=example,
                 out_dir=out_dir,
                 results=results,
             )
         )
-        m = benchmark.measure(built.runner, loader, cfg.warmup_batches, cfg.passes)
-        if built.is_fp32_reference:
-            fp32_preds = m.preds  # this run is the fp32 reference
-        else:
-            fp32_runner = benchmark.TorchRunner(reference.to(device), device, torch.float32, "nchw", False)
-            fp32_preds = benchmark.predict(fp32_runner, m.batches)
+        del example
+        last_batch = (workload.images or 0) % cfg.batch_size
+        m = benchmark.measure(built.runner, workload.feed, workload.loader, cfg.warmup_batches, cfg.passes, last_batch)
         results["inference"] = {
             **m.timing(),
             "warmup_batches": m.warmup_batches,
@@ -99,9 +109,9 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
             "weights_dtype": DTYPE_NAMES[built.dtype],
             "device": str(device),
             "batch_size": cfg.batch_size,
-            "checkpoint": str(path),
+            "checkpoint": str(source.checkpoint),
         }
-        results["quality"] = benchmark.quality(m, fp32_preds, reference.config["num_classes"])
+        results["quality"] = quality_section(workload, m, built.is_fp32_reference, source, results)
         results["status"] = "completed"
     except BaseException as error:
         record_failure(results, error)
@@ -115,6 +125,73 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
     return results
 
 
+def quality_section(
+    workload: inference_workload.InferenceWorkload,
+    m: benchmark.Measurement,
+    is_fp32: bool,
+    source: Source,
+    results: dict[str, Any],
+) -> dict[str, Any]:
+    """results.json's `quality`: each metric the module's validation logs, of the timed engine's
+    outputs; `metric`/`mode`, the one the run is judged by; `fp32_<name>`, the fp32 module's on the
+    same images; `change_vs_fp32` of the metric (negative: the cast lost quality where higher is
+    better); agreement with the fp32 predictions. The U-Net's `dice_change_vs_fp32` as before."""
+    metrics, fp32, fp32_outputs, replayed = inference_quality.measure(
+        workload.module, m.batches, m.outputs, workload.device, is_fp32
+    )
+    if not replayed:
+        note(
+            results,
+            f"{type(workload.module).__qualname__}.validation_step does not call the module (self(input)) once per "
+            "batch: quality is the fp32 module's, not the timed engine's",
+        )
+    if not metrics:
+        note(results, f"{type(workload.module).__qualname__} logs no validation metric (val_...): quality not measured")
+        return {}
+    metric, mode = inference_workload.quality_choice(workload, source.train_quality, list(metrics))
+    section: dict[str, Any] = {**metrics, "metric": metric, "mode": mode}
+    section |= {f"fp32_{name}": value for name, value in fp32.items()}
+    section["change_vs_fp32"] = metrics[metric] - fp32[metric] if replayed else None
+    if "val_dice" in metrics:
+        section["dice_change_vs_fp32"] = metrics["val_dice"] - fp32["val_dice"]
+    segmentation = "val_dice" in metrics and not workload.users
+    section |= inference_quality.comparison(m.outputs, fp32_outputs, segmentation) if replayed else {}
+    return section
+
+
+def adopt_run(cfg: DictConfig, source: Source, checkpoint: dict[str, Any], keep: set[str] | frozenset[str]) -> None:
+    """The model and data the checkpoint was trained for: the run's config (any model), or for a
+    bare checkpoint the U-Net its net_config describes on infer's data (data=carvana)."""
+    with open_dict(cfg):
+        axes_of_infer = {"memory_format": cfg.model.memory_format, "compile": cfg.model.compile}
+        if source.train_config is None:
+            cfg.model = {**unet_model_config(source.checkpoint, checkpoint), **axes_of_infer}
+            return
+        cfg.model = {**source.train_config["model"], **axes_of_infer}
+        run_data = source.train_config.get("data", {})
+        if run_data.get("_target_") == cfg.data.get("_target_"):
+            adopt_run_data(cfg, run_data, keep)
+        else:
+            cfg.data = adopted_data(cfg, run_data, keep)
+
+
+def adopted_data(cfg: DictConfig, run_data: dict[str, Any], keep: set[str] | frozenset[str]) -> DictConfig:
+    """Another data module than infer's default (MNIST, an image folder, a user's): the run's data
+    config, with infer's own settings (INFER_DATA_KEYS) and what the command line set."""
+    data = OmegaConf.create(run_data)
+    for key in INFER_DATA_KEYS:
+        if key in cfg.data and (key in run_data or key in ("num_workers", "pin_memory")):
+            data[key] = cfg.data[key]
+    for key in sorted(k for k in keep if k.startswith("data.")):
+        if key.split(".")[1] not in run_data:
+            raise InferenceError(
+                f"{key}: not a setting of the run's data module ({run_data.get('_target_')}); "
+                f"its settings are {', '.join(k for k in run_data if not k.startswith('_'))}"
+            )
+        OmegaConf.update(data, key.removeprefix("data."), OmegaConf.select(cfg, key), merge=True)
+    return data
+
+
 def axes(cfg: DictConfig) -> dict[str, Any]:
     """The settings an inference sweep varies, as requested (what actually ran: `adjusted`): the
     inference axes of segperf.axes, and the batch size."""
@@ -122,13 +199,14 @@ def axes(cfg: DictConfig) -> dict[str, Any]:
 
 
 def adopt_run_data(cfg: DictConfig, run_data: dict[str, Any], keep: set[str] | frozenset[str]) -> None:
-    """Infer on the data the net was trained for (image size, data root, split) unless told otherwise."""
+    """Infer on the data the net was trained for (image size, data root, split, a user's data
+    module's own arguments) unless told otherwise; infer's own settings stay infer's."""
     with open_dict(cfg):
-        for key in RUN_DATA_KEYS:
+        for key, value in run_data.items():
             explicit = any(k == f"data.{key}" or k.startswith(f"data.{key}.") for k in keep)
-            if key in run_data and not explicit:
+            if key not in INFER_OWN_KEYS and not explicit:
                 # merged into a typed node (data.synthetic), set for plain values
-                OmegaConf.update(cfg, f"data.{key}", run_data[key], merge=isinstance(run_data[key], dict))
+                OmegaConf.update(cfg, f"data.{key}", value, merge=isinstance(value, dict))
 
 
 def pick_device(name: str) -> torch.device:
@@ -137,16 +215,26 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def usable_dtype(
-    cfg: DictConfig, runtime: runtimes.Runtime, net_config: dict, device: torch.device, results: dict
-) -> torch.dtype:
-    """The requested weight dtype if a tiny forward in it works on `device`, else fp32 (recorded)."""
+def cast_net(
+    cfg: DictConfig,
+    runtime: runtimes.Runtime,
+    reference: torch.nn.Module,
+    example: torch.Tensor,
+    device: torch.device,
+    results: dict,
+) -> tuple[torch.nn.Module, torch.dtype]:
+    """A copy of the fp32 net in the requested weight dtype if it runs on `device` (one image of
+    the data through it), else in fp32 (recorded)."""
     dtype = weights_dtype(cfg.trainer.precision)
-    reason = probe_dtype(net_config, dtype, device, cfg.model.memory_format == "channels_last")
+    net = copy.deepcopy(reference).to(device, dtype)
+    if dtype == torch.float32:
+        return net, dtype
+    probe = benchmark.TorchRunner(net, device, dtype, cfg.model.memory_format)
+    reason = probe_dtype(net, probe.prepare(example[:1]))
     if reason is not None:
         notice = f"{DTYPE_NAMES[dtype]} weights do not run on {device} in this torch build: cast to fp32 instead"
         adjust(results, "precision", cfg.trainer.precision, PRECISION_OF[torch.float32], notice, reason)
-        return torch.float32
+        return copy.deepcopy(reference).to(device), torch.float32
     if notice := runtime.dtype_notice(cfg.trainer.precision, device):
         note(results, notice)
-    return dtype
+    return net, dtype

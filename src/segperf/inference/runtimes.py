@@ -33,7 +33,7 @@ class Job:
     """What a runtime builds its runner from: the loaded weights and the run's settings."""
 
     net: nn.Module  # the weights in `dtype`, on `device`
-    reference: nn.Module  # the fp32 weights on the CPU: where a fallback to fp32 starts
+    reference: nn.Module  # the fp32 net on `device`: where a fallback to fp32 starts (not to be changed)
     dtype: torch.dtype
     device: torch.device
     memory_format: str  # the memory_format group: "nchw" or "channels_last"
@@ -41,7 +41,7 @@ class Job:
     pin_memory: bool
     precision: str  # trainer.precision as requested, for `adjusted`
     batch_size: int
-    loader: Any  # the validation DataLoader the benchmark will time
+    example: torch.Tensor  # the module's input of one validation batch (fp32, on `device`)
     out_dir: Path  # the run dir, for a runtime's files (model.onnx)
     results: dict[str, Any]  # results.json: a runtime records adjustments and its own section here
 
@@ -52,7 +52,7 @@ class Built:
 
     runner: Runner
     dtype: torch.dtype
-    # its predictions are those of the fp32 eager NCHW torch net: no separate fp32 reference pass
+    # its outputs are those of the fp32 eager net: no separate fp32 reference pass
     is_fp32_reference: bool = False
 
 
@@ -95,9 +95,9 @@ class TorchRuntime(Runtime):
             net = net.to(memory_format=torch.channels_last)
         if job.compile:
             net.compile()
-        runner = TorchRunner(net, job.device, job.dtype, job.memory_format, job.pin_memory)
-        plain = job.dtype == torch.float32 and job.memory_format == "nchw" and not job.compile
-        return Built(runner, job.dtype, is_fp32_reference=plain)
+        runner = TorchRunner(net, job.device, job.dtype, job.memory_format)
+        # the reference is the module's own fp32 forward on the same inputs, in the same layout
+        return Built(runner, job.dtype, is_fp32_reference=job.dtype == torch.float32 and not job.compile)
 
 
 class OnnxRuntime(Runtime):
@@ -119,9 +119,9 @@ class OnnxRuntime(Runtime):
             if requested != used:
                 notice = f"model.{setting} does not apply to onnxruntime (NCHW, own graph)"
                 adjust(job.results, setting, requested, used, notice, "onnxruntime runs its own graph, in NCHW")
-        image = next(iter(job.loader))[0]
-        _, height, width, channels = image.shape
-        example = torch.rand(max(2, job.batch_size), channels, height, width, device=job.device).to(job.dtype)
+        image = job.example
+        # a batch of at least 2 (a batch of 1 would be specialized into the graph)
+        example = torch.rand(max(2, job.batch_size), *image.shape[1:], device=job.device).to(job.dtype)
         provider_list = onnx_export.providers(ort, job.device, self.providers)
         path = job.out_dir / "model.onnx"
         net, dtype = job.net, job.dtype
@@ -135,7 +135,7 @@ class OnnxRuntime(Runtime):
             adjust(job.results, "precision", job.precision, PRECISION_OF[torch.float32], notice, str(error).strip())
             net, dtype = copy.deepcopy(job.reference).to(job.device), torch.float32
             runner = onnx_export.OrtRunner(ort, onnx_export.export(net, example.float(), path), dtype, provider_list)
-        torch_runner = TorchRunner(net, job.device, dtype, "nchw", False)
+        torch_runner = TorchRunner(net, job.device, dtype, "nchw")
         check = onnx_export.compare(runner, torch_runner, image, self.min_agreement)
         job.results["onnx"] = {"path": str(path), "providers": runner.providers, **check}
         return Built(runner, dtype)

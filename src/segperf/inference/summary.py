@@ -36,11 +36,15 @@ def format_summary(results: dict[str, Any]) -> str:
             f"{inf['model_wall_s']:.2f} s, inputs already on the device)",
         ]
     if q:
-        lines += [
-            f"  vs masks     pixel accuracy {q['val_pixel_accuracy']:.4f}, Dice {q['val_dice']:.4f}",
-            f"  vs fp32      pixel agreement {q['agreement_vs_fp32']:.4%}, Dice {q['dice_vs_fp32']:.4f}; "
-            f"Dice change {q['dice_change_vs_fp32']:+.4f} (fp32 {q['fp32_val_dice']:.4f})",
-        ]
+        metric, fp32, change = q["metric"], q.get(f"fp32_{q['metric']}"), q.get("change_vs_fp32")
+        versus = f"; fp32 {fp32:.4f}, change {change:+.4f}" if change is not None else ""
+        others = ", ".join(f"{k} {v:.4f}" for k, v in q.items() if k.startswith("val_") and k != metric)
+        lines.append(f"  quality      {metric} {q[metric]:.4f} ({q['mode']}; the module's own validation{versus})")
+        if others:
+            lines.append(f"               {others}")
+        if "agreement_vs_fp32" in q:
+            dice = f", Dice {q['dice_vs_fp32']:.4f}" if "dice_vs_fp32" in q else ""
+            lines.append(f"  vs fp32      predictions agree {q['agreement_vs_fp32']:.4%}{dice}")
     if onnx := results.get("onnx"):
         lines.append(f"  onnx         max |logit diff| {onnx['max_abs_diff']:.3g}, agreement {onnx['agreement']:.4%}")
     lines += [f"  note: {n}" for n in results["notices"]]

@@ -30,6 +30,9 @@ USER_DATA_KEYS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_wo
 # what a workload-only axis group writes into the config, and which workloads have it
 WORKLOAD_ONLY = {"model.net": "upsample (the U-Net's)", "data.decode": "decode", "data.cache": "cache"}
 WORKLOAD_ONLY |= {"data.augment": "augment"}
+# a module's init arguments as plain lists and dicts, not OmegaConf's: its save_hyperparameters()
+# puts them in every checkpoint, which segperf.infer loads with weights_only=True (plain data only)
+PLAIN = "all"
 GENERIC_AXES = "workers, prefetch, pin, memory_format, compile, precision, threads, batch_size"
 
 
@@ -81,10 +84,11 @@ def build_workload(cfg: DictConfig) -> Workload:
         datamodule = instantiate(cfg.data)
         net = instantiate(cfg.model.net)
         net.check_input_size(datamodule.height, datamodule.width)  # before any work, not at the first step
-        return Workload(datamodule, instantiate(cfg.model, net=net), net.describe(datamodule.height, datamodule.width))
+        module = instantiate(cfg.model, net=net, _convert_=PLAIN)
+        return Workload(datamodule, module, net.describe(datamodule.height, datamodule.width))
     refuse_workload_only_axes(cfg)
     datamodule = instantiate(init_config(cfg.data, USER_DATA_KEYS))
-    module = instantiate(init_config(cfg.model, USER_MODEL_KEYS))
+    module = instantiate(init_config(cfg.model, USER_MODEL_KEYS), _convert_=PLAIN)
     workload = Workload(datamodule, module, describe(module, datamodule))
     workload.quality_choice = OmegaConf.to_container(cfg.model.quality) if cfg.model.get("quality") else None
     workload.model_changes = apply_model_axes(module, cfg.model)

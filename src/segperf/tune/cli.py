@@ -8,8 +8,10 @@ kept in its run folder's output.txt, so the console shows one progress line per 
 
 The quality guard is a short learning run of the start and of the tuned configuration at the
 run size `tune.quality.runs` sets for the model (the U-Net: size=demo at 64x96, which reaches val
-Dice ~0.97 in about a minute on 2 cores; the CNN: size=mnist_demo, accuracy in seconds), compared
-on validation quality. Not loss-curve parity over the same batches: upsample=deconv is another
+Dice ~0.97 in about a minute on 2 cores; the CNN: size=mnist_demo, accuracy in seconds; a model
+not listed, such as a user's own: the start's own run size, `tune.quality.runs.default` on top),
+compared on validation quality (each run's `quality.metric`, negated where `quality.mode` is min).
+Not loss-curve parity over the same batches: upsample=deconv is another
 net and bf16 other numerics, so their loss curves differ from the start's by design even when
 they learn as well; the question the guard answers is whether they do.
 """
@@ -242,16 +244,29 @@ def composable_presets(
 
 
 def quality_measure(config: DictConfig, loader: Any, launcher: Any, settings: Any, choices: dict, notes: list) -> Any:
+    """The quality guard's learning runs: the model's own run size (tune.quality.runs.<model>), else
+    tune.quality.runs.default on top of the start's own run size (a user's model: the size the
+    tune was given), else none."""
     from segperf.tune.runner import LaunchMeasure
 
-    model = str(choices.get("model"))
-    runs = settings.quality.runs.get(model)
     if not settings.quality.enabled:
         notes.append("quality guard off (tune.quality.enabled=false): the tuned configuration's quality is not checked")
         return None
+    model = str(choices.get("model"))
+    runs = settings.quality.runs.get(model)
+    own_size = runs is None
+    if own_size:
+        runs = settings.quality.runs.get("default")
     if runs is None:
-        notes.append(f"no learning run for model={model} (tune.quality.runs.{model}): quality not checked")
+        notes.append(f"no learning run for model={model} (tune.quality.runs.{model} or .default): quality not checked")
         return None
+    if own_size:
+        size = ", ".join(f"{k}={config.get(k)}" for k in ("train_images", "val_images", "batch_size"))
+        extra = f" with {' '.join(runs)}" if runs else ""
+        notes.append(
+            f"quality guard: model={model} has no tune.quality.runs.{model}; its learning runs are the start's run "
+            f"size ({size}){extra}, judged by the quality.metric each run records"
+        )
     probe = OmegaConf.to_container(settings.probe, resolve=True)
     return LaunchMeasure(
         config,
@@ -261,6 +276,7 @@ def quality_measure(config: DictConfig, loader: Any, launcher: Any, settings: An
         probe=probe,
         quality_runs=list(runs),
         keep_batch_size=settings.batch_size,
+        keep_run_size=own_size,
     )
 
 

@@ -28,8 +28,11 @@ class Probe:
     # settings the machine could not honour: `key: reason` for each `adjusted` entry whose
     # used value differs from the requested one (results.json `adjusted.<key>`); empty = applied
     not_applied: tuple[str, ...] = ()
-    # the run's quality (val Dice for segmentation, val accuracy for classification), if measured
+    # the run's quality, higher is better (val Dice for segmentation, val accuracy for classification,
+    # a user's quality.metric; negated where its mode is min), if measured
     quality: float | None = None
+    # which results.json metric that is (quality.metric, else val_dice / val_accuracy)
+    quality_metric: str | None = None
     # wall time the probe took, start-up and warm-up included: what it cost of the budget
     wall_s: float = 0.0
     # stopped at the time limit (its images/s are of the steps it finished)

@@ -165,10 +165,16 @@ def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> st
     if not check:
         return "Not checked (tune.quality.enabled=false, or no learning run is set for this model)."
     rows = [
-        [label(p.get("config") or [], start), fmt_num(p.get("quality")), p.get("failed") or "", p.get("run_dir") or ""]
+        [
+            label(p.get("config") or [], start),
+            fmt_num(p.get("quality")),
+            p.get("quality_metric") or "",
+            p.get("failed") or "",
+            p.get("run_dir") or "",
+        ]
         for p in check.get("probes") or []
     ]
-    table = md_table(["configuration", "quality", "failed", "run folder"], rows, {1}) if rows else []
+    table = md_table(["configuration", "quality", "metric", "failed", "run folder"], rows, {1}) if rows else []
     verdict = f"Verdict: **{quality_line(check)}**; tolerance {check.get('tolerance')}."
     return "\n".join([verdict, "", *table])
 

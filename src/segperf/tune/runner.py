@@ -12,7 +12,8 @@ limit counts from the first training step (Lightning's Timer starts there): a pr
 
 Quality probes are learning runs of the same configurations at the size `tune.quality.runs`
 gives for the model (size=demo for the U-Net: its Dice after a minute says whether a setting
-learns as well; see segperf.tune.cli), with the start's own run-size overrides left out.
+learns as well; see segperf.tune.cli), with the start's own run-size overrides left out; a model
+without a size of its own there (a user's) learns at the start's own run size.
 """
 
 from __future__ import annotations
@@ -39,10 +40,16 @@ QUALITY_KEYS = ("val_dice", "val_accuracy")
 def run_quality(quality: dict[str, Any]) -> float | None:
     """The run's quality, higher is better: the metric a user's module is judged by (`quality.metric`,
     negated where lower is better: `mode: min`), else the U-Net's val Dice or the CNN's val accuracy."""
+    metric = quality_metric(quality)
+    value = quality.get(metric) if metric else None
+    return -value if value is not None and quality.get("metric") and quality.get("mode") == "min" else value
+
+
+def quality_metric(quality: dict[str, Any]) -> str | None:
+    """The name of the metric run_quality reads (what the tune's report says the guard compared)."""
     if quality.get("metric"):
-        value = quality.get(quality["metric"])
-        return None if value is None else (-value if quality.get("mode") == "min" else value)
-    return next((quality[k] for k in QUALITY_KEYS if quality.get(k) is not None), None)
+        return quality["metric"]
+    return next((k for k in QUALITY_KEYS if quality.get(k) is not None), None)
 
 
 def merged(*groups: Iterable[str]) -> list[str]:
@@ -111,6 +118,7 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
         train.get("images_per_s"),
         not_applied=not_applied(results.get("adjusted") or {}),
         quality=run_quality(quality),
+        quality_metric=quality_metric(quality),
         wall_s=float(wall),
         run_dir=str(run_dir),
     )
@@ -137,7 +145,9 @@ class LaunchMeasure:
 
     `kind` "speed" runs probes (`probe` settings: steps, val_images, overrides); "quality" runs the
     learning runs of `quality_runs` instead (with the probes' overrides), without a time limit: a
-    learning run cut short would judge a configuration on less training."""
+    learning run cut short would judge a configuration on less training. A learning run leaves
+    out the configuration's run size (`quality_runs` sets its own), unless `keep_run_size` (a
+    model without a learning run of its own: the size the tune was given is its learning run)."""
 
     def __init__(
         self,
@@ -149,18 +159,21 @@ class LaunchMeasure:
         probe: Mapping[str, Any],
         quality_runs: Sequence[str] = (),
         keep_batch_size: bool = False,
+        keep_run_size: bool = False,
     ) -> None:
         self.master, self.loader, self.launcher, self.kind = master, loader, launcher, kind
         self.probe = probe
         self.quality_runs = list(quality_runs)
         self.keep_batch_size = keep_batch_size
+        self.keep_run_size = keep_run_size
         self.sweep_dir = Path(str(master.hydra.sweep.dir))
         self._problems: dict[Config, str | None] = {}
 
     def job_overrides(self, config: Config, limit_s: float | None) -> list[str]:
         """The command line of one job of `config`."""
         if self.kind == "quality":
-            drop = [k for k in RUN_SIZE_KEYS if not (self.keep_batch_size and k == "batch_size")]
+            keep = RUN_SIZE_KEYS if self.keep_run_size else ("batch_size",) if self.keep_batch_size else ()
+            drop = [k for k in RUN_SIZE_KEYS if k not in keep]
             return merged(self.probe["overrides"], without_keys(config, drop), self.quality_runs)
         batch = setting(config, "batch_size", self.master.batch_size)
         warmup = setting(config, "warmup_steps", self.master.warmup_steps)
