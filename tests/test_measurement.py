@@ -63,7 +63,8 @@ def test_summary_has_the_seed_tables_and_says_how_much_is_accounted(measured_run
 def test_resources_jitter_throughput_and_verdict_are_numbers(measured_run):
     _, results = measured_run
     resources = results["resources"]
-    assert resources["samples"] > 10 and resources["interval_s"] == 0.05
+    # the sampler ran through the run: about one sample per interval (the narrow test net trains in ~0.5 s)
+    assert resources["samples"] >= 5 and resources["interval_s"] == 0.05
     assert resources["cpu_mean_percent"] > 0 and resources["rss_peak_bytes"] > 0
     assert resources["gpu_util_p50"] is None and resources["peak_allocated_bytes"] is None
     assert resources["sampler_overhead_fraction"] < 0.05
