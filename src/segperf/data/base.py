@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
+from segperf.config import segperf_cache_dir
 from segperf.data.prefetch import ThreadPrefetchLoader
 from segperf.data.resumable import ResumableLoader, SkippingSampler
 from segperf.errors import DataSizeError
@@ -34,6 +36,15 @@ from segperf.errors import DataSizeError
 def evenly_spaced(n: int, k: int) -> list[int]:
     """k indices spread over range(n): a validation subset that covers the split, deterministically."""
     return [(i * n) // k for i in range(k)]
+
+
+def data_root(root: Any, builtin: Any, generate: Callable[..., Path]) -> Path:
+    """The folder a workload reads: `data.root` when given, else its built-in data, generated once
+    by `generate(cache_dir, **options)` into segperf's cache folder (or the options' cache_dir)."""
+    if root is not None:
+        return Path(root).expanduser()
+    options = dict(builtin)
+    return generate(options.pop("cache_dir", None) or segperf_cache_dir(), **options)
 
 
 class RankShard(Sampler[int]):

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import SequentialSampler, Subset
 
 from segperf.config import available_cores, segperf_cache_dir
-from segperf.data.base import RunDataModule, evenly_spaced
+from segperf.data.base import RunDataModule, data_root, evenly_spaced
 from segperf.data.cache import DeviceBatches, get_cache
 from segperf.data.cold import PageCache, drop_page_cache, warm
 from segperf.data.imagefiles import DEFAULT_MAX_PIXELS
@@ -82,10 +82,7 @@ class ImageFolderDataModule(RunDataModule):
 
     # -- where the data is ------------------------------------------------------------------
     def resolve_root(self) -> Path:
-        if self.root is not None:
-            return Path(self.root).expanduser()
-        options = dict(self.builtin)
-        return ensure_builtin(options.pop("cache_dir", None) or segperf_cache_dir(), **options)
+        return data_root(self.root, self.builtin, ensure_builtin)
 
     def prepare_data(self) -> None:
         if self.root is None:  # rank 0 only: render the built-in folder once

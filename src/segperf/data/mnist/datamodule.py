@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Subset
 
-from segperf.config import segperf_cache_dir
-from segperf.data.base import RunDataModule, evenly_spaced
+from segperf.data.base import RunDataModule, data_root, evenly_spaced
 from segperf.data.mnist.digits import FILES, SIDE, ensure_builtin
 from segperf.data.mnist.idx import IdxFormatError, read_idx
 from segperf.errors import DataLayoutError, DataSizeError, SegperfError
@@ -136,10 +135,7 @@ class MnistDataModule(RunDataModule):
         self.split: DigitsSplit | None = None
 
     def resolve_root(self) -> Path:
-        if self.root is not None:
-            return Path(self.root).expanduser()
-        options = dict(self.builtin)
-        return ensure_builtin(options.pop("cache_dir", None) or segperf_cache_dir(), **options)
+        return data_root(self.root, self.builtin, ensure_builtin)
 
     def prepare_data(self) -> None:
         if self.root is None:  # rank 0 only: render the built-in digits once
