@@ -12,6 +12,7 @@ import yaml
 from tests.conftest import REPO
 
 SRC = REPO / "src" / "segperf"
+CALLBACKS = ("segperf.callbacks",)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -33,7 +34,20 @@ def package_imports(package: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     "package,forbidden",
     [
-        ("perf", ("segperf.model", "segperf.data", "segperf.training", "segperf.report", "segperf.inference")),
+        # measurement maths: no callback in it (the callbacks call perf, never the other way round)
+        (
+            "perf",
+            (
+                "segperf.model",
+                "segperf.data",
+                "segperf.training",
+                "segperf.report",
+                "segperf.inference",
+                "segperf.callbacks",
+            ),
+        ),
+        # the callbacks work in any user's Trainer: nothing of segperf's own workloads or runs
+        ("callbacks", ("segperf.model", "segperf.data", "segperf.training", "segperf.report", "segperf.inference")),
         ("report", ("segperf.model", "segperf.data", "segperf.training", "segperf.inference", "torch", "lightning")),
         ("bench", ("segperf.report", "segperf.training", "segperf.model")),
         ("data", ("segperf.model", "segperf.training", "segperf.report")),
