@@ -13,6 +13,7 @@ import yaml
 from tests.conftest import REPO
 
 SRC = REPO / "src" / "segperf"
+CALLBACKS = ("segperf.callbacks",)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,7 +35,20 @@ def package_imports(package: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     "package,forbidden",
     [
-        ("perf", ("segperf.model", "segperf.data", "segperf.training", "segperf.report", "segperf.inference")),
+        # measurement maths: no callback in it (the callbacks call perf, never the other way round)
+        (
+            "perf",
+            (
+                "segperf.model",
+                "segperf.data",
+                "segperf.training",
+                "segperf.report",
+                "segperf.inference",
+                "segperf.callbacks",
+            ),
+        ),
+        # the callbacks work in any user's Trainer: nothing of segperf's own workloads or runs
+        ("callbacks", ("segperf.model", "segperf.data", "segperf.training", "segperf.report", "segperf.inference")),
         ("report", ("segperf.model", "segperf.data", "segperf.training", "segperf.inference", "torch", "lightning")),
         ("bench", ("segperf.report", "segperf.training", "segperf.model")),
         # the data sources know nothing of the commands that use them (training, inference, the bench)

@@ -24,6 +24,7 @@ from segperf.tune.probe import Probe
 from segperf.tune.report import render
 from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
 from segperf.tune.search import QualityCheck, Step, TuneResult
+from tests.conftest import REPO
 
 PIN_REASON = "no CUDA device: pinned memory only speeds up host-to-GPU copies"
 SPEED_PROBE = {"steps": 8, "val_images": 4, "overrides": ["perf.peak_probe=false", "~callbacks.last_checkpoint"]}
