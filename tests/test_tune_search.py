@@ -3,7 +3,8 @@
 Each override of a configuration multiplies its images/s by a known factor; every probe adds
 seeded log-normal noise (3%, about what repeats of one configuration scatter by on a quiet
 machine) and advances a fake clock by its wall time (a fixed start-up plus a fixed number of
-images at the probe's speed, whole seconds so that sums of times are exact). The noise of a
+images at the probe's speed, whole seconds so that sums of times are exact; a probe below the
+screening floor stops after SCREEN_IMAGES). The noise of a
 probe depends only on the seed, the configuration and which repeat of it this is, so that a
 rerun from the journal sees the numbers an uninterrupted run saw.
 """
@@ -27,6 +28,7 @@ from segperf.tune.space import Axis
 START_SPEED = 10.0  # images/s of the start
 STARTUP_S = 10  # each probe's start-up and warm-up
 IMAGES = 200  # images each probe times: 30 s at the start's speed
+SCREEN_IMAGES = 40  # images a screened-out probe gets through: warm-up and its first timed steps
 
 
 def axis(name: str, *options: str, start: str | None = None, key: str = "", learning: bool = False) -> Axis:
@@ -43,6 +45,7 @@ AXES = [
     axis("workers", "off", "auto"),
     axis("pin", "off", "on"),
 ]
+DEFAULTS = {a.start[0] for a in AXES}  # the options a configuration without overrides composes
 ALL = ("compile=on", "pin=on", "precision=bf16", "workers=auto")  # +opt=all, spelt out
 PRESETS = {"+opt=all": ALL, "+opt=all compile=off": ("compile=off", "pin=on", "precision=bf16", "workers=auto")}
 
@@ -61,6 +64,7 @@ class Workload:
         quality_loss=None,
         interrupt_after=None,
         first_run_s=None,
+        aliases=None,
     ):
         self.speeds, self.seed, self.noise = speeds, seed, noise
         # override -> seconds its first probe pays once (a cold torch.compile cache)
@@ -68,6 +72,8 @@ class Workload:
         self.not_applied, self.failing = set(not_applied), set(failing)
         self.quality_loss = quality_loss or {}
         self.interrupt_after = interrupt_after
+        # override -> the override it composes the same run as (workers=auto is cfg.workers=2 here)
+        self.aliases = aliases or {}
         self.now = 0.0
         self.repeats: Counter[tuple[str, Config]] = Counter()  # committed when a batch returns
         self.measured: list[tuple[str, Config, int]] = []
@@ -79,13 +85,18 @@ class Workload:
     def speed(self, config: Config) -> float:
         return START_SPEED * math.prod(self.speeds.get(o, 1.0) for o in config)
 
-    def measure(self, configs, limit):
-        return self._run("speed", configs, limit)
+    def identity(self, config: Config) -> Config:
+        """The run a configuration composes: its overrides with the aliases resolved, without the
+        ones that set what the start composes anyway (compile=off is the default, as in conf/)."""
+        return tuple(sorted({self.aliases.get(o, o) for o in config} - DEFAULTS))
+
+    def measure(self, configs, limit, floor=None):
+        return self._run("speed", configs, limit, floor)
 
     def quality(self, configs, limit):
         return self._run("quality", configs, limit)
 
-    def _run(self, kind, configs, limit):
+    def _run(self, kind, configs, limit, floor=None):
         repeats, probes = self.repeats.copy(), []
         for config in configs:
             if self.interrupt_after is not None and len(self.measured) >= self.interrupt_after:
@@ -94,12 +105,12 @@ class Workload:
             repeats[(kind, config)] += 1
             self.measured.append((kind, config, repeat))
             self.limits.append((config, limit))
-            probes.append(self._probe(kind, config, repeat, limit))
+            probes.append(self._probe(kind, config, repeat, limit, floor))
             self.now += probes[-1].wall_s
         self.repeats = repeats
         return probes
 
-    def _probe(self, kind: str, config: Config, repeat: int, limit: float | None) -> Probe:
+    def _probe(self, kind: str, config: Config, repeat: int, limit: float | None, floor=None) -> Probe:
         rng = random.Random(f"{self.seed}/{kind}/{' '.join(config)}/{repeat}")
         images_per_s = self.speed(config) * math.exp(rng.gauss(0.0, self.noise))
         wall = float(round(STARTUP_S + IMAGES / images_per_s))
@@ -111,6 +122,10 @@ class Workload:
         if any(o in self.failing for o in config):
             return Probe(config, None, wall_s=STARTUP_S, failed="RuntimeError: the compiler failed")
         ignored = tuple(f"cfg.{o.split('=')[0]}: not on this machine" for o in config if o in self.not_applied)
+        if floor is not None and images_per_s < floor:
+            wall = float(round(STARTUP_S + SCREEN_IMAGES / images_per_s))
+            if limit is None or wall <= limit:
+                return Probe(config, images_per_s, ignored, wall_s=wall, screened=True)
         if limit is not None and wall > limit:
             return Probe(config, images_per_s, ignored, wall_s=float(math.floor(limit)), cut=True)
         return Probe(config, images_per_s, ignored, wall_s=wall)
@@ -126,6 +141,7 @@ def tune(workload: Workload, axes=AXES, presets=PRESETS, budget_s=3600.0, **kwar
         presets=presets,
         clock=workload.clock,
         quality=workload.quality if quality else None,
+        identity=workload.identity,
         **kwargs,
     ).run()
 
@@ -158,7 +174,7 @@ def test_a_no_op_option_is_rarely_kept_over_many_seeds():
             if step.stage == "axes":
                 no_ops += 1
                 kept += step.verdict == KEPT
-    assert no_ops == 40 * 3
+    assert no_ops >= 40 * 3  # each axis once, and again where a (false) gain moved the best
     assert kept / no_ops <= 0.10, f"{kept} of {no_ops} no-op comparisons kept"
 
 
@@ -205,16 +221,16 @@ def test_the_budget_is_never_exceeded_by_more_than_one_probe(budget_s):
         longest = max(p.wall_s for s in result.steps for p in s.candidate_probes + s.against_probes)
         assert workload.now <= budget_s + longest
         assert result.elapsed_s == workload.now
-        if budget_s <= 600:
+        if budget_s <= 300:
             assert result.stopped_by_budget
             assert any(s.verdict == SKIPPED and not s.candidate_probes for s in result.steps)
 
 
 def test_the_final_side_by_side_and_the_quality_check_fit_in_the_budget_they_are_reserved_from():
     workload = Workload({"workers=auto": 1.3})
-    result = tune(workload, budget_s=900.0, quality=True)
+    result = tune(workload, budget_s=400.0, quality=True)
     assert result.stopped_by_budget
-    assert [len(probes) for probes in result.final.values()] == [2, 2, 2, 2]
+    assert all(len(probes) >= 2 for probes in result.final.values())
     assert result.quality.verdict in ("passed", "same as start")
 
 
@@ -222,7 +238,7 @@ def journal_run(workload, path, **kwargs):
     return tune(workload, journal=Journal(path), quality=True, **kwargs)
 
 
-@pytest.mark.parametrize("interrupt_after", [1, 5, 12, 23])
+@pytest.mark.parametrize("interrupt_after", [1, 5, 9, 14])
 def test_a_rerun_continues_from_the_journal_and_ends_where_an_uninterrupted_tune_ends(tmp_path, interrupt_after):
     speeds = {"workers=auto": 1.4, "precision=bf16": 2.0, "compile=on": 0.9}
     whole = journal_run(Workload(speeds), tmp_path / "whole.jsonl", budget_s=1500.0)
@@ -320,9 +336,9 @@ def test_the_tuned_configuration_is_never_slower_than_the_best_preset_beyond_noi
 
 def test_progress_names_each_probe_its_candidate_and_images_per_s():
     lines: list[str] = []
-    result = tune(Workload({"workers=auto": 1.5}), presets={}, progress=lines.append)
-    final = {id(p) for probes in result.final.values() for p in probes}
-    assert len(lines) == sum(len(s.candidate_probes) + len(s.against_probes) for s in result.steps) + len(final)
+    workload = Workload({"workers=auto": 1.5})
+    tune(workload, presets={}, progress=lines.append)
+    assert len(lines) == len(workload.measured)  # one line per probe run, none for a probe reused
     pattern = re.compile(r"\[step \d+, axes workers, [\d.]+/60\.0 min\] workers=auto: [\d.]+ images/s")
     assert any(pattern.fullmatch(line) for line in lines), lines
 
