@@ -21,9 +21,10 @@ import pytest
 
 from segperf.report.stats import compare_throughput
 from segperf.tune.journal import Journal, JournalError
+from segperf.tune.native import native_presets
 from segperf.tune.probe import Config, Probe
 from segperf.tune.search import FAILED, KEPT, NOT_APPLIED, SKIPPED, SLOWER, WORSE, Tuner
-from segperf.tune.space import Axis
+from segperf.tune.space import Axis, merge
 
 START_SPEED = 10.0  # images/s of the start
 STARTUP_S = 10  # each probe's start-up and warm-up
@@ -228,7 +229,7 @@ def test_the_budget_is_never_exceeded_by_more_than_one_probe(budget_s):
 
 def test_the_final_side_by_side_and_the_quality_check_fit_in_the_budget_they_are_reserved_from():
     workload = Workload({"workers=auto": 1.3})
-    result = tune(workload, budget_s=400.0, quality=True)
+    result = tune(workload, budget_s=300.0, quality=True)
     assert result.stopped_by_budget
     assert all(len(probes) >= 2 for probes in result.final.values())
     assert result.quality.verdict in ("passed", "same as start")
@@ -364,3 +365,114 @@ def test_a_candidate_cut_only_by_its_first_runs_one_time_cost_is_measured_again_
     [step] = steps_of(result, "compile=on")
     assert step.candidate_probes[0].cut and not any(p.cut for p in step.candidate_probes[1:])
     assert step.verdict == KEPT and "compile=on" in result.best
+
+
+# -- a CPU without bf16 instructions (AVX2 only): the presets are wrong there -------------------
+
+REAL_AXES = [  # the U-Net on Carvana's axes, in space.SEARCH_ORDER
+    axis("decode", "full", "reduced", learning=True),
+    axis("cache", "off", "memory", "device"),
+    axis("workers", "off", "auto"),
+    axis("threads", "default", "one", "all"),
+    axis("prefetch", "off", "on"),
+    axis("memory_format", "baseline", "channels_last"),
+    axis("upsample", "upconv", "deconv", learning=True),
+    axis("compile", "off", "on"),
+    axis("precision", "fp32", "bf16", "fp16", learning=True),
+    axis("pin", "off", "on"),
+]
+ALL_REAL = (
+    "cache=memory",
+    "compile=on",
+    "decode=reduced",
+    "memory_format=channels_last",
+    "pin=on",
+    "precision=bf16",
+    "prefetch=on",
+    "upsample=deconv",
+    "workers=auto",
+)
+REAL_PRESETS = {"+opt=all": ALL_REAL, "+opt=all compile=off": merge(ALL_REAL, ("compile=off",))}
+PRECISIONS = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+EMULATED = {"precision=bf16": "precision bf16-mixed: emulated", "precision=fp16": "precision 16-mixed: emulated"}
+AVX2_SPEEDS = {  # bf16 and fp16 emulated: 10x slower; the data side pays, compile does not on 2 cores
+    "precision=bf16": 0.1,
+    "precision=fp16": 0.1,
+    "decode=reduced": 1.15,
+    "cache=memory": 1.1,
+    "workers=auto": 1.1,
+    "memory_format=channels_last": 1.05,
+    "compile=on": 0.95,
+}
+
+
+def avx2_tune(seed: int, **kwargs):
+    """A 10-minute tune on the fake AVX2 machine, with the presets native.native_presets derives there."""
+    presets, notes = native_presets(REAL_PRESETS, EMULATED, PRECISIONS)
+    workload = Workload(AVX2_SPEEDS, seed=seed, not_applied={"pin=on"})
+    result = tune(workload, axes=REAL_AXES, presets=presets, budget_s=600.0, quality=True, emulated=EMULATED, **kwargs)
+    return workload, presets, notes, result
+
+
+def test_on_a_cpu_without_bf16_the_presets_are_fp32_ones_and_say_why():
+    presets, notes = native_presets(REAL_PRESETS, EMULATED, PRECISIONS)
+    assert list(presets) == ["+opt=all precision=fp32", "+opt=all compile=off precision=fp32"]
+    assert all("precision=fp32" in p and "precision=bf16" not in p for p in presets.values())
+    assert "preset +opt=all: precision bf16-mixed: emulated; measured as +opt=all precision=fp32" in notes
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ten_minutes_on_an_avx2_machine_visit_every_axis_and_end_at_the_fp32_fast_preset(seed):
+    workload, presets, _, result = avx2_tune(seed)
+    visited = {s.axis for s in result.steps if s.stage == "axes" and s.verdict != SKIPPED}
+    assert visited == {a.name for a in REAL_AXES}, [(s.axis, s.verdict) for s in result.steps]
+    fast_preset = workload.speed(presets["+opt=all compile=off precision=fp32"])
+    assert workload.speed(result.best) >= 0.95 * fast_preset, result.best
+    assert "precision=bf16" not in result.best and "precision=fp16" not in result.best
+    assert workload.now <= 600.0 + 60.0  # at most one learning run over
+
+
+def test_an_emulated_precision_is_tried_after_its_axis_native_options_once_and_briefly():
+    workload, _, _, result = avx2_tune(0)
+    [bf16] = [s for s in result.steps if s.option == ("precision=bf16",)]
+    assert bf16.probes_run == 1 and bf16.verdict == SLOWER
+    assert bf16.note.startswith("tried last and once: precision bf16-mixed: emulated")
+    # its time limit is the best's own probe time, not three times it: it costs one probe at most
+    [limit] = [limit for config, limit in workload.limits if "precision=bf16" in config]
+    assert limit <= max(p.wall_s for p in bf16.against_probes)
+    assert bf16.candidate_probes[0].wall_s <= limit
+
+
+def test_screening_stops_a_far_slower_probe_after_its_first_timed_steps_and_judges_it_slower():
+    workload = Workload({"precision=bf16": 0.1})  # not known as emulated: screened by its own speed
+    result = tune(workload, presets={})
+    [step] = steps_of(result, "precision=bf16")
+    [probe] = step.candidate_probes
+    assert probe.screened and not probe.cut and step.verdict == SLOWER
+    assert probe.wall_s < STARTUP_S + IMAGES / workload.speed(("precision=bf16",)) / 2  # far less than a full probe
+    assert "screened out after its first timed steps" in step.note and "under 1/2 of the best's" in step.note
+    unscreened = tune(Workload({"precision=bf16": 0.1}), presets={}, screen_factor=None)
+    assert not any(p.screened for s in steps_of(unscreened, "precision=bf16") for p in s.candidate_probes)
+
+
+def test_identical_configurations_are_measured_once():
+    # on 2 cores workers=auto and cfg.workers=2 compose the same run
+    workload = Workload({"workers=auto": 1.0}, aliases={"cfg.workers=2": "workers=auto"})
+    workers = Axis("workers", (("workers=off",), ("workers=auto",), ("cfg.workers=2",)), ("workers", "cfg.workers"))
+    result = tune(workload, axes=[workers, AXES[1]], presets={})
+    assert not any(config == ("cfg.workers=2",) for _, config, _ in workload.measured)
+    assert not any(s.option == ("cfg.workers=2",) for s in result.steps)
+    # and a probe of one configuration is never measured again once it has its runs: the best is reused
+    assert Counter(config for _, config, _ in workload.measured)[()] <= 2 + 1  # its rounds, and one final top-up
+
+
+def test_each_decision_records_the_probes_and_seconds_it_took():
+    _, _, _, result = avx2_tune(1)
+    decided = [s for s in result.steps if s.verdict != SKIPPED and s.stage != "quality"]
+    # each decided on probes it ran or reused; pin=on on what an earlier probe said of it (not applied)
+    assert all(s.probes_run > 0 or s.reused > 0 or "known from an earlier probe" in s.note for s in decided)
+    axes = [s for s in decided if s.stage == "axes" and s.probes_run]
+    # a probe of the candidate is charged to the decision that ran it: at least its last probe's time
+    assert axes and all(s.seconds >= s.candidate_probes[-1].wall_s for s in axes)
+    spent = sum(s.seconds for s in result.steps)
+    assert 0 < spent <= result.elapsed_s

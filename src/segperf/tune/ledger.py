@@ -112,9 +112,12 @@ class Ledger:
         return any(k == kind for k, _ in self._walls)
 
     def alias(self, kind: str, config: Config, like: Config) -> None:
-        """Price `config` by `like`'s probes (a preset without a setting the machine ignored ran as it)."""
+        """Take `like`'s probes as `config`'s (a preset without a setting the machine ignored ran as
+        it): its price, and what is known of its speed."""
         if (kind, config) not in self._walls:
             self._walls[(kind, config)] = list(self._walls.get((kind, like), []))
+        if self._key(kind, config) not in self._known:
+            self._known[self._key(kind, config)] = self._known.setdefault(self._key(kind, like), [])
 
     def estimate(self, kind: str, config: Config, reference: Config) -> float:
         """A probe's expected wall time: the median of its own so far, else the reference's (an

@@ -240,13 +240,16 @@ class Tuner:
 
     def _ascend(self, best: Config) -> Config:
         """Stage 2, breadth first so that a budget running out still leaves every axis visited:
-        each axis' first option the best does not have, then every axis' other options, then the
-        options this machine emulates (one probe each), then the axes that changed, again."""
+        each axis' first option the best does not have (the budget left shared among the axes not
+        visited yet), then every axis' other options, then the options this machine emulates (one
+        probe each, with a short time limit; first only for an axis that has no other), then the
+        axes that changed, again."""
         tried: set[frozenset] = set()  # runs (identities) measured against each other
         kept_axes: list[Axis] = []
         native = [(a, [o for o in a.options if not self._is_emulated(o)]) for a in self.axes]
         slow = [(a, [o for o in a.options if self._is_emulated(o)]) for a in self.axes]
-        passes = [("axes", native, True), ("axes", native, False), ("axes", slow, False)]
+        first = [(a, n + s) for (a, n), (_, s) in zip(native, slow, strict=True)]  # emulated last in its axis
+        passes = [("axes", first, True), ("axes", native, False), ("axes", slow, False)]
         visited: set[str] = set()
         for stage, plan, first_only in [*passes, ("interactions", None, False)]:
             if plan is None:  # the axes where something was kept, against the final best
@@ -254,8 +257,9 @@ class Tuner:
             for axis, options in plan:
                 if first_only and axis.name in visited:
                     continue
+                share = self._share(best, [a for a, o in plan if o and a.name not in visited]) if first_only else None
                 for option in options:
-                    step = self._try(stage, axis, option, best, tried)
+                    step = self._try(stage, axis, option, best, tried, share)
                     if step is None:
                         continue
                     visited.add(axis.name)
@@ -266,9 +270,20 @@ class Tuner:
                         break
         return best
 
-    def _try(self, stage: str, axis: Axis, option: Config, best: Config, tried: set[frozenset]) -> Step | None:
-        """One option of an axis against the best, unless the best has it already or the two runs
-        were measured against each other before (None then)."""
+    def _share(self, best: Config, unvisited: list[Axis]) -> int:
+        """The candidate probes one axis' first comparison may take so that what is left of the
+        budget (less the reserve) still reaches every axis not visited yet: at least 1."""
+        per_probe = self.ledger.estimate(SPEED, best, best)
+        spendable = self.ledger.left() - self._reserve(best)
+        if per_probe <= 0 or not unvisited:
+            return self.max_runs
+        return max(1, min(self.max_runs, int(spendable / (len(unvisited) * per_probe))))
+
+    def _try(
+        self, stage: str, axis: Axis, option: Config, best: Config, tried: set[frozenset], share: int | None = None
+    ) -> Step | None:
+        """One option of an axis against the best, at most `share` candidate probes, unless the best
+        has it already or the two runs were measured against each other before (None then)."""
         # the start's own option is no override: one spelling per configuration
         start_own = set(option) == set(effective(self.start, axis, self.start))
         candidate = with_setting(best, axis, setting(self.start, axis) if start_own else option)
@@ -278,7 +293,10 @@ class Tuner:
         tried.add(pair)
         self.ledger.where = f"step {len(self.steps) + 1}, {stage} {axis.name}"
         brief = self._is_emulated(option)
-        step = self._compare(stage, axis, option, candidate, best, max_runs=1 if brief else None)
+        # an emulated option: one probe, stopped at the best's own probe time (screening may not
+        # come soon enough: its warm-up steps alone run at a tenth of the speed)
+        limit = self.ledger.estimate(SPEED, best, best) if brief else None
+        step = self._compare(stage, axis, option, candidate, best, max_runs=1 if brief else share, limit=limit)
         if brief and step.verdict != SKIPPED:
             step.note = "; ".join(filter(None, [f"tried last and once: {self.emulated[option[0]]}", step.note]))
         self.steps.append(step)
@@ -351,11 +369,19 @@ class Tuner:
 
     # -- one comparison ---------------------------------------------------------------------
     def _compare(
-        self, stage: str, axis: Axis, option: Config, candidate: Config, best: Config, max_runs: int | None = None
+        self,
+        stage: str,
+        axis: Axis,
+        option: Config,
+        candidate: Config,
+        best: Config,
+        max_runs: int | None = None,
+        limit: float | None = None,
     ) -> Step:
         """`candidate` against `best` until decided, on every probe of either run so far: the
-        candidate is measured one probe at a time (screened against the best's images/s), the best
-        only while it has fewer than `min_runs` usable probes (then interleaved, B A)."""
+        candidate is measured one probe at a time (screened against the best's images/s; `limit`:
+        its time limit, else the ledger's), up to `max_runs`; the best only while it has fewer than
+        `min_runs` usable probes (then interleaved, B A)."""
         step = Step(stage, axis.name, option, candidate, best)
         if known := self._known_not_applied(axis, option):
             step.verdict, step.note = NOT_APPLIED, f"{'; '.join(known)} (known from an earlier probe: not measured)"
@@ -363,10 +389,10 @@ class Tuner:
         step.candidate_probes = self.ledger.known(SPEED, candidate)
         step.against_probes = self.ledger.known(SPEED, best)
         step.reused = len(step.candidate_probes) + len(step.against_probes)
-        limit = max_runs or self.max_runs
+        most = max_runs or self.max_runs
         if step.candidate_probes and self._judge(step, runs=len(step.candidate_probes)):
             return step  # decided on what earlier steps measured
-        while len(step.candidate_probes) < limit:
+        while len(step.candidate_probes) < most:
             need_best = len(_usable(step.against_probes)) < self.min_runs
             configs = [best, candidate] if need_best else [candidate]
             if not self._affords(configs * (1 if step.candidate_probes else self._first_round(best)), best):
@@ -375,10 +401,10 @@ class Tuner:
                     return step  # skipped: budget
                 step.note = "stopped by the budget before it was decided"
                 break
-            if not self.ledger.known(SPEED, best):  # the tune's first probe: alone, it sets the time limit
+            if not self.ledger.measured(SPEED):  # the tune's first probe: alone, it sets the time limit
                 self._charge(step, self._first_probe())
                 configs = [candidate]
-            probes = self._speed(configs, ["best", " ".join(option)][-len(configs) :], best)
+            probes = self._speed(configs, ["best", " ".join(option)][-len(configs) :], best, limit)
             self._charge(step, probes)
             step.candidate_probes = self.ledger.known(SPEED, candidate)
             step.against_probes = self.ledger.known(SPEED, best)
@@ -432,7 +458,9 @@ class Tuner:
         if last.failed is not None or last.images_per_s is None:
             step.verdict, step.note = FAILED, last.failed or "no images/s recorded"
             return True
-        if last.not_applied and step.stage != "presets":  # a preset's are taken out of it when adopted
+        # a preset's are taken out of it when adopted; a probe of the preset reused for the preset
+        # without them (it ran so) is not a verdict on the candidate
+        if last.not_applied and step.stage != "presets" and last.config == step.candidate:
             step.verdict, step.note = NOT_APPLIED, "; ".join(last.not_applied)
             return True
         if versus.distinguishable:
@@ -473,8 +501,11 @@ class Tuner:
             )
         return probes
 
-    def _speed(self, configs: list[Config], labels: list[str], reference: Config) -> list[Probe]:
-        return self.ledger.probe(SPEED, configs, labels, self.ledger.limit(SPEED, reference), self._floor(reference))
+    def _speed(
+        self, configs: list[Config], labels: list[str], reference: Config, limit: float | None = None
+    ) -> list[Probe]:
+        limit = limit or self.ledger.limit(SPEED, reference)
+        return self.ledger.probe(SPEED, configs, labels, limit, self._floor(reference))
 
     def _floor(self, reference: Config) -> float | None:
         """The screening floor: 1/screen_factor of the reference's median images/s (None before it
