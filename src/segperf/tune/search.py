@@ -3,32 +3,40 @@
 Strategy (README, "Tuning"):
 
 1. **Presets.** The start and each preset (`+opt=all`, `+opt=all compile=off`, spelt out as group
-   overrides by segperf.tune.space.presets) are measured interleaved, A B C A B C, until each
-   preset is distinguishable from the start at `level` or has `max_runs` probes. The fastest
+   overrides by segperf.tune.space.presets, and without a precision this machine emulates:
+   segperf.tune.native gives `+opt=all precision=fp32` there) are measured interleaved, A B C
+   A B C, until each preset is decided against the start or has `max_runs` probes. The fastest
    preset that is distinguishably faster becomes the current best, so the tuned result starts
    from, and never ends below, the best preset. A preset setting the machine did not honour
    (pin=on without a GPU) is dropped from it first: what ran is the preset without it.
-2. **Coordinate ascent.** From the current best, each option of each axis (space.axes, in its
-   order) is measured against the best, interleaved A B A B, `min_runs` pairs and then one pair
-   at a time up to `max_runs`, until distinguishable. An option is kept only when it is faster
-   beyond noise, ran as asked (nothing in `not_applied`) and did not fail; it then is the best
-   the next options are measured against. An option the best already has is not measured. A
-   second pass re-tries the axes where something was kept, against the final best, since
-   axes interact (workers pay off only once decoding is cheap, and the reverse).
+2. **Coordinate ascent, breadth first.** From the current best: each axis' first option the best
+   does not have (space.axes' order; the budget left, less the reserve, shared among the axes not
+   visited yet, so that every axis is visited), then every axis' other options, then the options
+   this machine emulates (once, with the best's own probe time as its limit), then the axes where
+   something was kept, again, against the final best (axes interact). An option is kept only when
+   it is faster beyond noise, ran as asked (nothing in `not_applied`) and did not fail; it then is
+   the best the next options are measured against. An option the best already has, or one that
+   composes the same run as the best, is not measured; an option an earlier probe showed the
+   machine does not honour is not measured again.
 3. **Quality guard** (with `quality`): the start's learning run is done first (its wall time
    prices the reserve below), the tuned configuration's at the end. A tuned quality below the
    start's by more than `quality_tolerance` rejects it; the changes that alter what is learned
    (space.CHANGES_LEARNING: precision first) are undone one at a time and re-checked, and the
    start is the answer when none passes.
-4. **Final.** The start, each preset and the tuned configuration, interleaved, `min_runs` rounds:
-   the side-by-side the report shows.
+4. **Final.** The start, each preset and the tuned configuration with every probe of each, topped
+   up side by side to `min_runs` where one has fewer: the comparison the report shows.
 
-Every "faster beyond noise" is segperf.report.stats.compare_throughput (Welch's t on log
-images/s), the same decision the sweep report states. Why repeat only until distinguishable:
-a clear 1.5x needs two pairs, a no-op is given up after `max_runs`; and why pairs are
-interleaved: a machine drifts (thermal, other load) over minutes, and A B A B spreads the drift
-over both sides. Checking after every pair is a sequential test, so a no-op is kept somewhat
-more often than 2.5% (tests/test_tune_search.py measures it on a simulated workload).
+Nothing is measured twice: configurations that compose the same run (the ledger's identity)
+share their probes, and a comparison decides on every probe of both runs so far; the candidate
+is measured one probe at a time and the best only while it has fewer than `min_runs`. Every
+"faster beyond noise" is segperf.tune.decision.compare: the ratio of geometric means with its
+interval, the noise pooled over every run the tune measured, so a clear difference is decided on
+one probe of the candidate; a comparison stops as soon as it is decided. Screening: a probe whose
+images/s after its first timed steps are below 1/`screen_factor` of the best's is stopped then
+(segperf.tune.screen) and judged slower. Checking after every probe is a sequential test, so a
+no-op is kept somewhat more often than 2.5% (tests/test_tune_search.py measures it on a
+simulated workload). Each decision records the probes it ran and their seconds (Step.probes_run,
+Step.seconds) and how many earlier probes it reused.
 
 Why by hand and not Optuna: the decision per candidate is a noise-aware A/B comparison against the
 current best, and "not applied" and "cut" are verdicts of their own; Optuna's samplers optimise a
