@@ -406,6 +406,7 @@ class Tuner:
             if not self._affords(configs * (1 if step.candidate_probes else self._first_round(best)), best):
                 self.stopped = True
                 if step.probes_run == 0:
+                    step.candidate_probes, step.against_probes = [], []  # nothing was decided on them
                     return step  # skipped: budget
                 step.note = "stopped by the budget before it was decided"
                 break
