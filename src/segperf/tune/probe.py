@@ -38,7 +38,7 @@ class Probe:
     # stopped at the time limit (its images/s are of the steps it finished)
     cut: bool = False
     # stopped after its first timed steps for running below the screening floor (a fraction of the
-    # best's images/s, segperf.tune.screen): its images/s are of those steps
+    # best's images/s, segperf.callbacks.screen_out): its images/s are of those steps
     screened: bool = False
     # where its results.json is (None for a fake workload)
     run_dir: str | None = None
@@ -59,7 +59,7 @@ class Probe:
 # saying so when it finished none), so that one pathological candidate (bf16 emulated on a CPU
 # without bf16 instructions runs ~50x slower) cannot eat the budget. An optional third argument,
 # passed only when there is one, is the screening floor in images/s: a probe whose images/s after
-# its first timed steps are below it is stopped then, `screened` (segperf.tune.screen).
+# its first timed steps are below it is stopped then, `screened` (segperf.callbacks.screen_out).
 Measure = Callable[..., list[Probe]]
 
 

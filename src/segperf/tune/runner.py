@@ -9,7 +9,7 @@ Timer stops training after the step that passes it and the run ends like a finis
 images/s of the steps it did after warm-up, so the probe is marked cut rather than failed. The
 limit counts from the first training step (Lightning's Timer starts there): a probe's start-up
 (building the data and the net, filling a cache) is not cut, only what it spends training.
-A screening floor (images/s) adds segperf.tune.screen.ScreenOut to the job's callbacks: a probe
+A screening floor (images/s) adds segperf.callbacks.screen_out.ScreenOut to the job's callbacks: a probe
 below it after its first `tune.probe.screen_steps` timed steps stops there and is marked screened.
 
 Quality probes are learning runs of the same configurations at the size `tune.quality.runs`
@@ -35,7 +35,7 @@ from segperf.tune.space import override_key
 
 # what a probe sets itself (the start's own values of these keys are replaced)
 PROBE_SIZE_KEYS = ("train_images", "val_images", "val_every_images", "trainer.max_time", "callbacks.tune_screen")
-SCREEN_TARGET = "segperf.tune.screen.ScreenOut"
+SCREEN_TARGET = "segperf.callbacks.screen_out.ScreenOut"
 # run-size keys of the start left out of a quality run: the learning run has its own size
 RUN_SIZE_KEYS = ("size", "train_images", "val_images", "batch_size", "val_every_images", "data.height", "data.width")
 # results.json's quality key per workload: the U-Net's val Dice, the CNN's val accuracy

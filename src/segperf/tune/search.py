@@ -33,7 +33,7 @@ is measured one probe at a time and the best only while it has fewer than `min_r
 interval, the noise pooled over every run the tune measured, so a clear difference is decided on
 one probe of the candidate; a comparison stops as soon as it is decided. Screening: a probe whose
 images/s after its first timed steps are below 1/`screen_factor` of the best's is stopped then
-(segperf.tune.screen) and judged slower. Checking after every probe is a sequential test, so a
+(segperf.callbacks.screen_out) and judged slower. Checking after every probe is a sequential test, so a
 no-op is kept somewhat more often than 2.5% (tests/test_tune_search.py measures it on a
 simulated workload). Each decision records the probes it ran and their seconds (Step.probes_run,
 Step.seconds) and how many earlier probes it reused.
