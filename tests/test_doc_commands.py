@@ -35,7 +35,11 @@ ALLOWED = {
     ),
     "make test": "what CI runs (`make test`); `make -n test` is checked below for the target's existence",
     "make gpu-wheels": (
-        "run by tests/test_gpu_check.py::test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files"
+        "run by tests/gpu/test_rehearsal.py::test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files"
+    ),
+    "GPU_CHECK_REHEARSE=1 python -m pytest tests/gpu": (
+        "the GPU check's CPU rehearsal from the venv: run by "
+        "tests/gpu/test_rehearsal.py::test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files"
     ),
     "python -m segperf.train resume=": (
         "needs an interrupted run's folder: run by "
@@ -51,7 +55,7 @@ ALLOWED = {
 MAKE_WITHOUT_SEGPERF = {
     "test": "CI runs it",
     "docs": "tests/test_docs_site.py::test_the_site_builds_with_strict_checks",
-    "gpu-wheels": "tests/test_gpu_check.py::test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files",
+    "gpu-wheels": "tests/gpu/test_rehearsal.py::test_rehearsal_installs_the_wheels_runs_the_check_and_leaves_its_files",
 }
 
 
@@ -164,7 +168,7 @@ PYTHON_CHECKS = {
     "segperf.infer": lambda args, mp: compose_infer(args),
     "segperf.tune": lambda args, mp: check_tune(args),
     "segperf.bench": lambda args, mp: check_bench(args),
-    "segperf.report": lambda args, mp: parses("segperf.report.markdown", "load_sweep", args, mp),
+    "segperf.report": lambda args, mp: parses("segperf.report.cli", "load_sweep", args, mp),
     "segperf.data.carvana.synthetic": lambda args, mp: parses("segperf.data.carvana.synthetic", "generate", args, mp),
     "segperf.data.imagefolder.builtin": lambda args, mp: parses(
         "segperf.data.imagefolder.builtin", "generate", args, mp

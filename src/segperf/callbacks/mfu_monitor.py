@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from segperf.callbacks.batch_size import BatchSizeFn, batch_size
@@ -31,8 +32,14 @@ class MfuMonitor(L.Callback):
         self.flops_per_sample: dict[str, int | None] = {"train": None, "val": None}
         self._counting: tuple[str, FlopCounterMode, int] | None = None
 
-    def _start(self, kind: str, batch: Any) -> None:
+    def _start(self, kind: str, batch: Any, trainer=None, pl_module=None) -> None:
         if self._counting is None and self.flops_per_sample[kind] is None:
+            if pl_module is not None and _compiled(pl_module):
+                # a dispatch mode around a compiled step changes what runs (dynamo would not compile
+                # that frame, nor reach a failing compiler): count on the net's meta-device twin
+                # where segperf's modules say its input, else leave the FLOPs unknown (0 -> n/a)
+                self.flops_per_sample[kind] = _twin_flops(pl_module, trainer, training=kind == "train") or 0
+                return
             counter = FlopCounterMode(display=False)
             counter.__enter__()
             self._counting = (kind, counter, self.batch_size(batch))
@@ -45,13 +52,13 @@ class MfuMonitor(L.Callback):
             self.flops_per_sample[kind] = counter.get_total_flops() // max(1, samples)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._start("train", batch)
+        self._start("train", batch, trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         self._stop("train")
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._start("val", batch)
+        self._start("val", batch, trainer, pl_module)
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0):
         self._stop("val")
@@ -91,3 +98,20 @@ class MfuMonitor(L.Callback):
             rate = peak["flops_per_s"] / 1e12
             print(f"segperf: measured this machine's peak: {rate:,.3f} TFLOP/s ({peak['method']})")
         return peak
+
+
+def _compiled(module: torch.nn.Module) -> bool:
+    """torch.compile applied in place (nn.Module.compile) to the module or any part of it."""
+    return any(getattr(m, "_compiled_call_impl", None) is not None for m in module.modules())
+
+
+def _twin_flops(module: torch.nn.Module, trainer, training: bool) -> int | None:
+    """FLOPs per image counted on the meta-device twin of segperf's net (its input: the net's
+    channels, the data module's height and width); None for a module that does not say them."""
+    from segperf.perf.flops import flops_per_image
+
+    net, datamodule = getattr(module, "net", None), getattr(trainer, "datamodule", None)
+    config = getattr(net, "config", None)
+    if not isinstance(config, dict) or "in_channels" not in config or not hasattr(datamodule, "height"):
+        return None
+    return flops_per_image(net, (config["in_channels"], datamodule.height, datamodule.width), training=training)
