@@ -5,8 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from segperf.callbacks import HardwareCounters
 from segperf.perf import counters
-from segperf.perf.counters import HardwareCounters, format_counters, parse_perf_stat, unavailable_reason
+from segperf.perf.counters import format_counters, parse_perf_stat, unavailable_reason
 from segperf.perf.summary import format_run_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -258,7 +258,7 @@ def test_a_sweep_of_ddp_jobs_on_two_cpu_processes_writes_one_record_per_job_in_i
 
 # -- what each rank does on its own --------------------------------------------------------------
 def test_each_rank_samples_the_gpu_of_its_local_rank(monkeypatch):
-    from segperf.perf.measure import sampled_gpu
+    from segperf.perf.sampler import sampled_gpu
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -274,7 +274,7 @@ def test_each_rank_samples_the_gpu_of_its_local_rank(monkeypatch):
 
 
 def test_an_error_on_one_rank_does_not_wait_for_the_others_to_checkpoint(tmp_path):
-    from segperf.training.checkpoints import InterruptCheckpoint
+    from segperf.callbacks import InterruptCheckpoint
 
     saved = []
     trainer = SimpleNamespace(global_step=5, world_size=2, save_checkpoint=saved.append)

@@ -250,7 +250,7 @@ def test_a_crash_while_writing_results_leaves_the_previous_results_intact(tmp_pa
 
 
 def test_sigterm_outside_the_training_loop_raises_like_ctrl_c_and_inside_leaves_it_to_lightning():
-    from segperf.training.checkpoints import Terminated, TerminateOutsideTraining
+    from segperf.callbacks import Terminated, TerminateOutsideTraining
 
     guard = TerminateOutsideTraining()
     with pytest.raises(Terminated):

@@ -3,8 +3,9 @@
 import time
 
 import pytest
+import torch
 
-from segperf.perf.phases import PhaseProfiler, account_phases, phase_of_action, steady_state_batches
+from segperf.perf.phases import account_phases, phase_of_action, split_rows, split_steps, steady_state_batches
 
 
 def test_overlapping_records_are_counted_once_for_the_higher_priority_phase():
@@ -54,31 +55,67 @@ def test_lightning_actions_map_to_segperf_phases():
     assert phase_of_action("[Strategy]SingleDeviceStrategy.training_step") is None  # inside train_step
 
 
-def test_profiler_keeps_when_each_call_happened(monkeypatch):
-    profiler = PhaseProfiler()
+def test_the_tap_keeps_when_each_phase_call_happened_and_passes_every_call_on(monkeypatch):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.profilers import PassThroughProfiler
+
+    from segperf.callbacks.profiler_tap import PhaseTap
+
+    class Recording(PassThroughProfiler):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def start(self, action_name):
+            self.calls.append(("start", action_name))
+
+        def stop(self, action_name):
+            self.calls.append(("stop", action_name))
+
+    users = Recording()
+    trainer = SimpleNamespace(profiler=users)
+    tap = PhaseTap.install(trainer)
+    assert trainer.profiler is tap
     clock = iter([1.0, 1.5, 2.0, 4.0, 5.0, 5.25])
     monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
     for action in ("run_training_batch", "[_TrainingEpochLoop].train_dataloader_next", "run_training_batch"):
-        profiler.start(action)
-        profiler.stop(action)
-    assert profiler.intervals["run_training_batch"] == [(1.0, 1.5), (5.0, 5.25)]
-    assert profiler.intervals["[_TrainingEpochLoop].train_dataloader_next"] == [(2.0, 4.0)]
-    assert profiler.recorded_durations["run_training_batch"] == [0.5, 0.25]  # Lightning's own record intact
-    assert profiler.phase_intervals()["train_step"] == [(1.0, 1.5), (5.0, 5.25)]
+        with tap.profile(action):
+            pass
+    with tap.profile("[LightningModule]Net.on_fit_start"):  # no phase: passed on, not timed
+        pass
+    assert tap.intervals["run_training_batch"] == [(1.0, 1.5), (5.0, 5.25)]
+    assert tap.intervals["[_TrainingEpochLoop].train_dataloader_next"] == [(2.0, 4.0)]
+    assert len(users.calls) == 8 and users.calls[-1] == ("stop", "[LightningModule]Net.on_fit_start")
+    tap.uninstall(trainer)
+    assert trainer.profiler is users  # the user's profiler back after the fit
+
+
+def test_a_step_splits_into_forward_backward_and_optimizer_step_that_add_up_to_it():
+    steps = [(0.0, 1.0), (2.0, 3.0), (4.0, 5.0)]
+    backward = [(0.2, 0.6), (2.3, 2.8), (None, None)]  # the last step never called backward
+    split = split_steps(steps, backward, skip=1)
+    assert split["steps"] == 1 and split["unsplit_s"] == pytest.approx(1.0)
+    assert split["seconds"] == pytest.approx({"forward": 0.3, "backward": 0.5, "optimizer_step": 0.2})
+    rows = split_rows(split, run_wall_s=10.0)
+    assert rows["backward"]["fraction"] == pytest.approx(0.05)
+    assert rows["backward"]["of_train_step"] == pytest.approx(0.25)  # 0.5 of the 2 s of steps after warm-up
+    assert rows["unsplit"]["wall_s"] == pytest.approx(1.0)
 
 
 def test_steady_state_batches_leave_out_the_warmup_steps():
-    profiler = PhaseProfiler()
-    profiler.intervals["[_TrainingEpochLoop].train_dataloader_next"] = [(0, 3), (4, 4.5), (6, 6.25)]
-    profiler.intervals["run_training_batch"] = [(3, 4), (4.5, 6), (6.25, 7.25)]
-    batches = steady_state_batches(profiler, warmup_steps=1)
+    intervals = {
+        "[_TrainingEpochLoop].train_dataloader_next": [(0, 3), (4, 4.5), (6, 6.25)],
+        "run_training_batch": [(3, 4), (4.5, 6), (6.25, 7.25)],
+    }
+    batches = steady_state_batches(intervals, warmup_steps=1)
     assert batches == {"data_wait": [0.5, 0.25], "train_step": [1.5, 1.0]}
 
 
 def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(monkeypatch):
     from types import SimpleNamespace
 
-    from segperf.perf.phases import PhaseClock
+    from segperf.callbacks import PhaseClock
 
     ticks = iter(range(100))
     monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
@@ -86,21 +123,23 @@ def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(m
         strategy=SimpleNamespace(root_device=SimpleNamespace(type="cpu")), state=SimpleNamespace(fn="fit")
     )
     clock = PhaseClock(warmup_steps=1)
-    batch = ([0, 0, 0, 0], None)
+    batch = (torch.zeros(4, 3), None)  # 4 samples: the leading dimension of the first tensor
     clock.on_train_start(trainer, None)  # t=0
     clock.on_train_batch_start(trainer, None, batch, 0)  # t=1
     clock.on_before_backward(trainer, None, None)  # t=2: the forward took 1
-    clock.on_train_batch_end(trainer, None, None, batch, 0)  # warm-up ends: t=3
-    clock.on_validation_start(trainer, None)  # t=4
+    clock.on_after_backward(trainer, None)  # t=3: the backward took 1
+    clock.on_train_batch_end(trainer, None, None, batch, 0)  # warm-up ends: t=4
+    clock.on_validation_start(trainer, None)  # t=5
     clock.on_validation_batch_end(trainer, None, None, batch, 0)
-    clock.on_validation_end(trainer, None)  # t=5
-    clock.on_train_batch_start(trainer, None, batch, 1)  # pause ends, the step starts: t=6
-    clock.on_before_backward(trainer, None, None)  # t=7
+    clock.on_validation_end(trainer, None)  # t=6
+    clock.on_train_batch_start(trainer, None, batch, 1)  # pause ends, the step starts: t=7
+    clock.on_before_backward(trainer, None, None)  # t=8
     clock.on_train_batch_end(trainer, None, None, batch, 1)
-    clock.on_train_end(trainer, None)  # t=8
-    assert clock.marks == {"train_start": 0.0, "warmup_end": 3.0, "train_end": 8.0}
-    assert clock.validation == [(4.0, 5.0)]
-    assert clock.pauses == [(4.0, 6.0)]  # validation and whatever followed it before training resumed
+    clock.on_train_end(trainer, None)  # t=9
+    assert clock.marks == {"train_start": 0.0, "warmup_end": 4.0, "train_end": 9.0}
+    assert clock.validation == [(5.0, 6.0)]
+    assert clock.pauses == [(5.0, 7.0)]  # validation and whatever followed it before training resumed
     assert clock.forward_s == [1.0, 1.0]  # batch start to backward, per step (when a DDP rank is ready)
+    assert clock.backward == [(2.0, 3.0), (8.0, None)]  # the second step's backward never ended
     assert (clock.steps, clock.images, clock.warmup_images, clock.validation_images) == (2, 8, 4, [4])
     assert clock.device_step_times() == []  # no CUDA events on a CPU

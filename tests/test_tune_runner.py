@@ -444,3 +444,91 @@ def test_the_tuning_pages_commands_compose(tiny_carvana):
         cfg = compose_tune(*(a.replace("/path/to/carvana", str(tiny_carvana)) for a in args))
         assert cli.settings_problems(cfg.tune) == [] and cli.sweep_problems(args) == []
         assert cfg.hydra.sweeper._target_.endswith("SegperfTuner")
+
+
+# -- screening, identical runs, emulated precision ---------------------------------------------
+
+
+def test_a_probe_with_a_floor_gets_the_screening_callback_which_composes_and_is_built(tmp_path):
+    from hydra.utils import instantiate
+
+    from segperf.callbacks.screen_out import ScreenOut
+
+    master = compose_tune("batch_size=4")
+    measure = LaunchMeasure(master, ComposingLoader(), None, kind="speed", probe=SPEED_PROBE | {"screen_steps": 3})
+    jobs = measure.job_overrides(("workers=off",), limit_s=60, floor=1.25)
+    job = compose_tune(*jobs)
+    screen = instantiate(job.callbacks.tune_screen)
+    assert isinstance(screen, ScreenOut)
+    assert (screen.floor, screen.timed_steps, screen.warmup_steps) == (1.25, 3, job.warmup_steps)
+    assert "tune_screen" not in str(job.hydra.job.override_dirname)  # run folders are named after the candidate
+
+
+class FakeTrainer:
+    should_stop = False
+
+
+def test_screening_stops_the_fit_after_the_first_timed_steps_below_the_floor_and_records_it(monkeypatch):
+    from segperf.callbacks import screen_out as screen_module
+
+    clock = iter([0.0, 10.0, 20.0, 30.0, 40.0])  # warm-up ends at 0 s; a batch of 4 every 10 s: 0.4 images/s
+    monkeypatch.setattr(screen_module.time, "perf_counter", lambda: next(clock))
+    callback, trainer, batch = screen_module.ScreenOut(1.0, timed_steps=2, warmup_steps=2), FakeTrainer(), ([0] * 4,)
+    for step in range(3):  # two warm-up steps (not judged), the first timed step (too few to judge)
+        callback.on_train_batch_end(trainer, None, None, batch, step)
+        assert not trainer.should_stop
+    callback.on_train_batch_end(trainer, None, None, batch, 3)  # the second timed step: 8 images in 20 s
+    assert trainer.should_stop
+    results = {}
+    callback.record(results)
+    assert results["tune_screen"] == {
+        "floor_images_per_s": 1.0,
+        "timed_steps": 2,
+        "images_per_s": pytest.approx(0.4),
+        "screened_out": True,
+    }
+
+
+def test_a_screened_probe_is_read_as_screened_with_its_rate_not_as_cut(tmp_path):
+    record = results(steps_done=4, steps_total=10, images_per_s=0.4)
+    record["tune_screen"] = {"floor_images_per_s": 1.0, "timed_steps": 2, "images_per_s": 0.41, "screened_out": True}
+    probe = probe_from_results(("precision=bf16",), run_folder(tmp_path, "6_", record), limited=True)
+    assert probe.screened and not probe.cut and probe.images_per_s == 0.4 and probe.failed is None
+
+
+def test_configurations_that_compose_the_same_run_have_one_identity():
+    from segperf.config import available_cores
+
+    measure = LaunchMeasure(compose_tune(), ComposingLoader(), None, kind="speed", probe=SPEED_PROBE)
+    cores = available_cores()
+    assert measure.identity(("workers=auto",)) == measure.identity((f"data.num_workers={cores}",))
+    assert measure.identity(("workers=auto",)) != measure.identity(("workers=off",))
+    assert measure.identity(("compile=off",)) == measure.identity(())  # the default composed anyway
+
+
+def test_reduced_precision_is_emulated_by_the_runs_notice_or_by_a_slow_timing_and_only_on_a_cpu():
+    from segperf.tune.native import emulated_precisions
+
+    options = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+    flags_say = emulated_precisions(
+        "cpu",
+        options=options,
+        notice=lambda p, a: f"precision {p}: no" if p == "16-mixed" else None,
+        slowdown=lambda p: 0.5,
+    )
+    assert list(flags_say) == ["precision=fp16"]
+    timing_says = emulated_precisions("cpu", options=options, notice=lambda p, a: None, slowdown=lambda p: 6.0)
+    assert (
+        list(timing_says) == ["precision=bf16", "precision=fp16"]
+        and "6.0x slower than fp32" in timing_says["precision=bf16"]
+    )
+    assert emulated_precisions("gpu", options=options, notice=lambda p, a: "x", slowdown=lambda p: 9.0) == {}
+
+
+def test_the_report_says_what_each_decision_cost():
+    result = fake_result()
+    result.steps[0].probes_run, result.steps[0].seconds, result.steps[0].reused = 3, 41.2, 2
+    text = render({"result": result.to_dict(), "machine": {}})
+    steps = text.split("## Steps")[1]
+    assert "probes, s" in steps and "3, 41 s +2 reused" in steps
+    assert "Cost: " in steps and "decisions" in steps

@@ -106,3 +106,49 @@ def test_thresholds_are_fractions_in_one_place():
         THRESHOLDS
     )
     assert all(0 < v < 1 for v in THRESHOLDS.values())
+
+
+def split_of(forward: float, backward: float, optimizer_step: float) -> dict[str, dict]:
+    return {
+        part: {"calls": 10, "wall_s": share * 60.0, "fraction": share * 0.6, "of_train_step": share}
+        for part, share in (("forward", forward), ("backward", backward), ("optimizer_step", optimizer_step))
+    }
+
+
+def test_a_compute_bound_verdict_names_the_steps_split():
+    phases = make_phases(**BASE, data_wait=1.0, train_step=60.0)
+    phases["train_step"]["split"] = split_of(0.3, 0.6, 0.1)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu")
+    assert v["kind"] == "compute-bound"
+    assert "forward 30%, backward 60%, optimizer step 10% of it" in v["text"]
+    assert "fused" not in v["text"]
+
+
+def test_an_optimizer_step_of_a_third_of_each_step_is_named_with_what_cuts_it():
+    phases = make_phases(**BASE, data_wait=1.0, train_step=60.0)
+    phases["train_step"]["split"] = split_of(0.2, 0.4, 0.4)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu")
+    assert "optimizer step 40%" in v["text"] and "fused" in v["text"]
+
+
+def test_a_users_own_workload_gets_advice_in_dataloader_and_trainer_arguments():
+    settings = {
+        "dataloader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "batch_size": 32},
+        "trainer": {"precision": "32-true", "log_every_n_steps": 50},
+        "hints": {"workers": 4},
+    }
+    phases = make_phases(**BASE, data_wait=61.0, batch_to_device=1.0, train_step=38.0)
+    v = verdict(
+        phases, starved_fraction=0.9, gpu_util_mean=0.3, device_type="cuda", settings=settings, advice="dataloader"
+    )
+    assert v["kind"] == "data-bound"
+    assert v["overrides"] == [
+        "DataLoader(num_workers=4)",
+        "DataLoader(pin_memory=True)",
+        "DataLoader(persistent_workers=True)",
+    ]
+    compute = verdict(
+        make_phases(**BASE, train_step=60.0), starved_fraction=0.0, gpu_util_mean=0.95, device_type="cuda",
+        settings=settings, advice="dataloader",
+    )  # fmt: skip
+    assert compute["overrides"] == ["Trainer(precision='bf16-mixed')", "DataLoader(batch_size=64)"]

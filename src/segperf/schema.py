@@ -312,6 +312,8 @@ class TuneProbeSchema:
     val_images: int = MISSING
     time_limit_factor: float = MISSING
     min_time_limit_s: float = MISSING
+    screen_factor: float = MISSING
+    screen_steps: int = MISSING
     overrides: list[str] = MISSING
 
 

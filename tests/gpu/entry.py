@@ -4,7 +4,7 @@
 With SEGPERF_FAKE_NVML=1 the run's resource sampler samples a "GPU 0" through tests/fake_nvml.py's
 FakeNvml, fed with a driver sample every 20 ms of wall time (utilization cycling 40-80%), also
 where torch sees no GPU: the rehearsal then goes through the NVML columns of results.json and the
-check's reading of them. It does so by replacing `ResourceSampler` in segperf.perf.measure's
+check's reading of them. It does so by replacing `ResourceSampler` in segperf.callbacks.resource_monitor's
 namespace for this process only; nothing in src/ knows about it. Without the variable this is
 exactly `python -m segperf.train` (the GPU check itself runs that).
 """
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def install_fake_nvml() -> None:
     sys.path.insert(0, str(REPO))  # tests/ is a package beside src/
-    import segperf.perf.measure as measure
+    import segperf.callbacks.resource_monitor as measure
     from segperf.perf.sampler import ResourceSampler
     from tests.fake_nvml import FakeNvml
 
@@ -45,7 +45,7 @@ def install_fake_nvml() -> None:
             super().__init__(interval_s, gpu_index, nvml or DriverSamples(), children_refresh_s)
 
     if getattr(measure, "ResourceSampler", None) is not ResourceSampler:
-        raise SystemExit("tests.gpu.entry: segperf.perf.measure no longer builds its sampler from ResourceSampler")
+        raise SystemExit("tests.gpu.entry: segperf.callbacks.resource_monitor no longer samples with ResourceSampler")
     measure.ResourceSampler = FakeGpuSampler
     print("tests.gpu.entry: SEGPERF_FAKE_NVML=1: GPU utilization and memory come from a fake NVML", flush=True)
 

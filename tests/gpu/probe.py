@@ -198,8 +198,8 @@ class GpuProbe(L.Callback):
 
     def _start(self, trainer) -> None:
         self._device_type = trainer.strategy.root_device.type
-        clock = next((c for c in trainer.callbacks if type(c).__name__ == "PhaseClock"), None)
-        self.warmup_steps = getattr(clock, "warmup_steps", self.warmup_steps)
+        monitor = next((c for c in trainer.callbacks if type(c).__name__ == "PerfMonitor"), None)
+        self.warmup_steps = getattr(getattr(monitor, "clock", None), "warmup_steps", self.warmup_steps)
         self.section["loader"] = loader_chain(trainer.train_dataloader)
         self.section["device"] = str(trainer.strategy.root_device)
         self.section["precision_plugin"] = type(trainer.precision_plugin).__name__

@@ -1,5 +1,6 @@
-"""Measuring a run: phases (`phase_names`, `phases`), resources (`sampler`, reading `proctree`
-and `nvml`; `device_memory`; `machine`), jitter, FLOPs and MFU (`flops`) and the verdict, all
-gathered by `measure.RunMeasurement`; hardware counters (`counters`) and an operator profile
-(`ops_profile`) on request. `results` writes the record, `summary` formats it, with the text
-formatting (`formatting`) that the report and the benchmarks share."""
+"""Measurement maths with no Lightning callback in it: phases (`phase_names`, `phases`), the
+sample rate (`train_rate`), resources (`sampler`, reading `proctree` and `nvml`; `device_memory`;
+`machine`), jitter, FLOPs and MFU (`flops`, `peak`), the verdict and its advice, hardware
+counters' reading (`counters`). The callbacks that measure a run with them are segperf.callbacks
+(PerfMonitor). `results` writes the record, `summary` formats it, with the text formatting
+(`formatting`) that the report and the benchmarks share."""

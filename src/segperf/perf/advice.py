@@ -27,16 +27,18 @@ class Lever:
 
 @dataclass(frozen=True)
 class Scaled:
-    """`key=<the run's value times factor>`: a size, as a number the user can paste."""
+    """`key=<the run's value times factor>`: a size, as a number the user can paste (`text` says
+    how to write it, from `key` and `value`)."""
 
     key: str
     factor: float
+    text: str = "{key}={value}"
 
     def override(self, value: Any) -> str | None:
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             return None
         scaled = max(1, int(value * self.factor))
-        return None if scaled == value else f"{self.key}={scaled}"
+        return None if scaled == value else self.text.format(key=self.key, value=scaled)
 
 
 WORKERS = Lever("workers=auto", "data.num_workers", lambda v: v == 0)
@@ -72,6 +74,29 @@ LEVERS: dict[str, tuple[Lever | Scaled, ...]] = {
 }
 
 
+# A workload segperf did not configure (PerfMonitor in a user's own script): the knobs it has are
+# its DataLoader's and its Trainer's, read from the run itself (segperf.callbacks.perf_monitor's
+# `loader_settings`). `{workers}` is filled in from settings["hints"]: this machine's usable cores.
+LOADER_WORKERS = Lever("DataLoader(num_workers={workers})", "dataloader.num_workers", lambda v: v == 0)
+LOADER_PERSISTENT = Lever("DataLoader(persistent_workers=True)", "dataloader.persistent_workers", lambda v: v is False)
+LOADER_PIN = Lever("DataLoader(pin_memory=True)", "dataloader.pin_memory", lambda v: v is False)
+LOADER_BATCH = Scaled("dataloader.batch_size", 2, "DataLoader(batch_size={value})")
+TRAINER_BF16 = Lever("Trainer(precision='bf16-mixed')", "trainer.precision", lambda v: v == "32-true")
+TRAINER_LOGGING = Scaled("trainer.log_every_n_steps", 2, "Trainer(log_every_n_steps={value})")
+DATALOADER_LEVERS: dict[str, tuple[Lever | Scaled, ...]] = {
+    "data": (LOADER_WORKERS, LOADER_PERSISTENT),
+    "data-gpu": (LOADER_WORKERS, LOADER_PIN, LOADER_PERSISTENT),
+    "copy": (LOADER_PIN,),
+    "warm-up": (),
+    "validation": (),
+    "logging": (TRAINER_LOGGING,),
+    "checkpoint": (),
+    "compute-cpu": (LOADER_BATCH,),
+    "compute-host": (LOADER_BATCH,),
+    "compute-gpu": (TRAINER_BF16, LOADER_BATCH),
+}
+
+
 # what a run whose config is not known is taken to use: the baseline of the axes every workload has
 BASELINE: dict[str, Any] = {
     "data": {"num_workers": 0, "prefetch_factor": None, "pin_memory": False},
@@ -104,6 +129,8 @@ def untried(levers: Sequence[Lever | Scaled], settings: dict[str, Any] | None) -
             override = lever.override(value)
         else:
             override = lever.override if lever.untried(value) else None
+        if override is not None:
+            override = override.format(**settings.get("hints", {})) if "{" in override else override
         if override is not None and override not in chosen:
             chosen.append(override)
     return chosen

@@ -230,20 +230,36 @@ def throughput_summary(
     precision: str,
     measured_peak: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peaks, MFU.
-
-    FLOPs are counted on `net` for one image of `input_shape` (channels, height, width). MFU is
-    computed on training (forward + backward FLOPs), against two peaks: the spec sheet's
-    (`peak_flops_per_s`, `mfu`; None on a CPU and on a GPU not in the table) and the one measured
-    on this machine (`measured_peak`, segperf.perf.peak; `measured_mfu`). Each MFU is None
-    whenever the train rate or its peak is missing, and None with its reason (`mfu_reason`,
-    `measured_mfu_reason`) when the run achieved more than that peak: never above 100%.
-    """
+    """The `throughput` section for `net` counted on one image of `input_shape` (channels, height,
+    width) on its meta twin; see `throughput_section`."""
     train_flops = flops_per_image(net, input_shape, training=True)
     val_flops = flops_per_image(net, input_shape, training=False)
+    return throughput_section(
+        train_images_per_s, val_images_per_s, train_flops, val_flops, device, precision, measured_peak
+    )
+
+
+def throughput_section(
+    train_images_per_s: float | None,
+    val_images_per_s: float | None,
+    train_flops: int | None,
+    val_flops: int | None,
+    device: torch.device | str,
+    precision: str,
+    measured_peak: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The `throughput` section of results.json: rates, FLOPs per image, achieved FLOP/s, peaks, MFU.
+
+    `train_flops`/`val_flops` are per image (sample): forward + backward in training, the forward
+    in validation. MFU is computed on training, against two peaks: the spec sheet's
+    (`peak_flops_per_s`, `mfu`; None on a CPU and on a GPU not in the table) and the one measured
+    on this machine (`measured_peak`, segperf.perf.peak; `measured_mfu`). Each MFU is None
+    whenever the train rate, its FLOPs or its peak is missing, and None with its reason (`mfu_reason`,
+    `measured_mfu_reason`) when the run achieved more than that peak: never above 100%.
+    """
     peak = peak_flops(device, precision)
     measured = (measured_peak or {}).get("flops_per_s")
-    achieved = None if train_images_per_s is None else float(train_images_per_s) * train_flops
+    achieved = None if train_images_per_s is None or not train_flops else float(train_images_per_s) * train_flops
     spec_mfu, spec_reason = mfu_or_reason(achieved, peak, "spec-sheet peak")
     measured_mfu, measured_reason = mfu_or_reason(achieved, measured, "peak probe")
     return {

@@ -1,13 +1,13 @@
-"""Where the wall time of a run went: phases built from Lightning's own profiler records.
+"""Where the wall time of a run went: phases built from the actions Lightning profiles.
 
-Lightning's SimpleProfiler already times every loop step and hook (`train_dataloader_next`,
-`batch_to_device`, `run_training_batch`, `save_checkpoint`, each callback hook) but keeps only
-durations, summed per action. A phase table needs *when* each call happened, so that nested
-and overlapping records (a batch_to_device inside a validation, a progress-bar refresh inside
-the warm-up) are counted once and the phases add up to the run's wall time. `PhaseProfiler`
-keeps the (start, end) of every call; `PhaseClock` (a callback) adds the few edges no profiler
-action marks (validation windows, the end of warm-up, the training loop's bounds), and
-`account_phases` lays all of it on one timeline.
+Lightning's loops announce every step and hook to the trainer's profiler
+(`train_dataloader_next`, `batch_to_device`, `run_training_batch`, `save_checkpoint`, each
+callback hook). A phase table needs *when* each call happened, so that nested and overlapping
+records (a batch_to_device inside a validation, a progress-bar refresh inside the warm-up) are
+counted once and the phases add up to the run's wall time. segperf.callbacks.profiler_tap keeps
+the (start, end) of those calls, the PhaseClock callback adds the edges no profiler action marks
+(validation windows, the end of warm-up, the training loop's bounds, the backward inside each
+step), and `account_phases` lays all of it on one timeline. Nothing here imports Lightning.
 
 All times are `time.perf_counter()` (the clock SimpleProfiler and the resource sampler use).
 On a GPU the host clock measures where the *host* waits; CUDA events (no synchronization in
@@ -16,14 +16,10 @@ the hot path, read once at the end) give each step's device time alongside.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import lightning as L
-import torch
-from lightning.pytorch.profilers import SimpleProfiler
 
 from segperf.perf.phase_names import PHASES
 
@@ -50,119 +46,6 @@ def phase_of_action(action: str) -> str | None:
         if action.startswith(prefix) and action.endswith(suffix):
             return phase
     return None
-
-
-class PhaseProfiler(SimpleProfiler):
-    """SimpleProfiler that also keeps the (start, end) of each call of the actions segperf
-    turns into phases. Its own report still goes to `dirpath/filename` as Lightning writes it."""
-
-    def __init__(self, dirpath: str | None = None, filename: str | None = None) -> None:
-        super().__init__(dirpath=dirpath, filename=filename)
-        self.intervals: dict[str, list[Interval]] = defaultdict(list)
-
-    def stop(self, action_name: str) -> None:
-        start = self.current_actions.get(action_name)
-        super().stop(action_name)
-        if start is not None and phase_of_action(action_name) is not None:
-            self.intervals[action_name].append((start, start + self.recorded_durations[action_name][-1]))
-
-    def phase_intervals(self) -> dict[str, list[Interval]]:
-        by_phase: dict[str, list[Interval]] = defaultdict(list)
-        for action, intervals in self.intervals.items():
-            phase = phase_of_action(action)
-            if phase is not None:
-                by_phase[phase].extend(intervals)
-        return by_phase
-
-
-class PhaseClock(L.Callback):
-    """Marks the edges no profiler action covers and keeps per-batch records for jitter:
-    training loop bounds, validation windows, the end of warm-up, and, on CUDA, a pair of events
-    per training step (recorded without synchronizing; read once at the end)."""
-
-    def __init__(self, warmup_steps: int = 2, device_events: bool = True) -> None:
-        self.warmup_steps = warmup_steps
-        self.device_events = device_events
-        self.marks: dict[str, float] = {}
-        self.validation: list[Interval] = []
-        self.validation_images: list[int] = []  # per validation run
-        # training paused for validation and the checkpoint saved after it: from validation start
-        # to the next training batch (profiler-free, so throughput is the same with measurement off)
-        self.pauses: list[Interval] = []
-        self._pause_start: float | None = None
-        self.steps = self.images = self.warmup_images = 0
-        self._validation_start: float | None = None
-        self._events: list[tuple[Any, Any]] = []
-        # per training step, batch start to the first backward: the host time a rank takes before
-        # it joins the gradient all-reduce (with data_wait, what a DDP straggler makes others wait for)
-        self.forward_s: list[float] = []
-        self._batch_start: float | None = None
-
-    def mark(self, name: str) -> float:
-        self.marks[name] = now = time.perf_counter()
-        return now
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        self.mark("train_start")
-        if self.warmup_steps == 0:
-            self.marks["warmup_end"] = self.marks["train_start"]
-
-    def _end_pause(self, now: float | None = None) -> None:
-        if self._pause_start is not None:
-            self.pauses.append((self._pause_start, time.perf_counter() if now is None else now))
-            self._pause_start = None
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._batch_start = time.perf_counter()
-        self._end_pause(self._batch_start)
-        if self.device_events and trainer.strategy.root_device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._events.append((start, None))
-
-    def on_before_backward(self, trainer, pl_module, loss) -> None:
-        if self._batch_start is not None:  # training only, once per step
-            self.forward_s.append(time.perf_counter() - self._batch_start)
-            self._batch_start = None
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        self._batch_start = None
-        if self._events and self._events[-1][1] is None:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._events[-1] = (self._events[-1][0], end)
-        self.steps += 1
-        self.images += len(batch[0])
-        if self.steps == self.warmup_steps:
-            self.warmup_images = self.images
-            if trainer.strategy.root_device.type == "cuda":
-                torch.cuda.synchronize()  # once: warm-up (compilation) ends when its work is done
-            self.mark("warmup_end")
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self._validation_start = time.perf_counter()
-        if trainer.state.fn == "fit" and "train_start" in self.marks:
-            self._pause_start = self._validation_start
-        self.validation_images.append(0)
-
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0):
-        self.validation_images[-1] += len(batch[0])
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if self._validation_start is not None:
-            self.validation.append((self._validation_start, time.perf_counter()))
-            self._validation_start = None
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self._end_pause()
-        self.mark("train_end")
-
-    def device_step_times(self) -> list[float]:
-        """Seconds of device time per training step (CUDA only); synchronizes once."""
-        if not self._events:
-            return []
-        torch.cuda.synchronize()
-        return [start.elapsed_time(end) / 1000.0 for start, end in self._events if end is not None]
 
 
 @dataclass
@@ -225,13 +108,59 @@ def account_phases(
     return table
 
 
-def steady_state_batches(profiler: PhaseProfiler, warmup_steps: int) -> dict[str, list[float]]:
-    """Per-batch data_wait and train_step seconds after warm-up, in batch order (for jitter).
-    Lightning fetches once per training batch, so the i-th fetch belongs to the i-th step."""
-    waits = profiler.intervals.get("[_TrainingEpochLoop].train_dataloader_next", [])
-    steps = profiler.intervals.get("run_training_batch", [])
+FETCH_ACTION, STEP_ACTION = "[_TrainingEpochLoop].train_dataloader_next", "run_training_batch"
+# the parts of a training step, in the order they run (results.json's phases.train_step.split)
+STEP_PARTS = ("forward", "backward", "optimizer_step")
+
+
+def steady_state_batches(intervals: dict[str, list[Interval]], warmup_steps: int) -> dict[str, list[float]]:
+    """Per-batch data_wait and train_step seconds after warm-up, in batch order (for jitter), from
+    the profiled actions' intervals. Lightning fetches once per training batch, so the i-th fetch
+    belongs to the i-th step."""
+    waits = intervals.get(FETCH_ACTION, [])
+    steps = intervals.get(STEP_ACTION, [])
     n = min(len(waits), len(steps))
     return {
         "data_wait": [end - start for start, end in waits[warmup_steps:n]],
         "train_step": [end - start for start, end in steps[warmup_steps:n]],
     }
+
+
+def split_steps(
+    steps: Sequence[Interval], backward: Sequence[tuple[float | None, float | None]], skip: int
+) -> dict[str, Any]:
+    """Seconds of the training steps after the first `skip` (warm-up) spent in forward, backward and
+    the optimizer step, from each step's (start, end) and its (first on_before_backward, last
+    on_after_backward) host times: forward = start to the backward, optimizer_step = the backward's
+    end to the step's end (gradient clipping, the optimizer, its zero_grad). The parts of a step add
+    up to it exactly; a step with no backward inside it (manual optimization that never called
+    manual_backward) is counted whole as `unsplit_s`."""
+    seconds = dict.fromkeys(STEP_PARTS, 0.0)
+    unsplit, split = 0.0, 0
+    for (start, end), (before, after) in zip(steps[skip:], backward[skip:], strict=False):
+        if before is None or after is None or not start <= before <= after <= end:
+            unsplit += end - start
+            continue
+        seconds["forward"] += before - start
+        seconds["backward"] += after - before
+        seconds["optimizer_step"] += end - after
+        split += 1
+    return {"steps": split, "seconds": seconds, "unsplit_s": unsplit}
+
+
+def split_rows(split: dict[str, Any], run_wall_s: float) -> dict[str, dict[str, Any]]:
+    """phases.train_step.split: per part its calls, wall seconds and share of the run (as every phase
+    row has), and its share of train_step. The parts are measured on the same steps as train_step, so
+    they add up to it (less any step counted unsplit)."""
+    total = sum(split["seconds"].values()) + split["unsplit_s"]
+    rows: dict[str, dict[str, Any]] = {}
+    for part, seconds in split["seconds"].items():
+        rows[part] = {
+            "calls": split["steps"],
+            "wall_s": seconds,
+            "fraction": seconds / run_wall_s if run_wall_s > 0 else 0.0,
+            "of_train_step": seconds / total if total > 0 else None,
+        }
+    if split["unsplit_s"]:
+        rows["unsplit"] = {"wall_s": split["unsplit_s"], "of_train_step": split["unsplit_s"] / total}
+    return rows

@@ -8,6 +8,7 @@ reads /proc (proctree.ProcessTree) and NVML every `interval_s`; the phase timing
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from bisect import bisect_left, bisect_right
@@ -178,3 +179,16 @@ def _stats(samples: list[ResourceSample]) -> WindowStats:
         stats.gpu_util_max = util[-1]
     stats.gpu_mem_peak_bytes = max(mem, default=None)
     return stats
+
+
+def sampled_gpu() -> int:
+    """The GPU this process trains on. Under DDP the sampler starts before Lightning picks the
+    rank's device, so read the rank: LOCAL_RANK (set for the ranks Lightning or torchrun start)
+    or SLURM_LOCALID (srun); one process: torch's current device."""
+    import torch
+
+    for key in ("LOCAL_RANK", "SLURM_LOCALID"):
+        value = os.environ.get(key, "")
+        if value.isdigit() and int(value) < torch.cuda.device_count():
+            return int(value)
+    return torch.cuda.current_device()

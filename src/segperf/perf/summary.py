@@ -56,10 +56,10 @@ def format_run_summary(results: dict[str, Any]) -> str:
     if machine:  # a record from before the machine was read (or a hand-made one) has none
         header = format_header(machine).splitlines() + [f"{'Load':<10}{format_load(results.get('machine_load'))}"]
         lines = _section("Resources", header)
+    data_rows = [_kv("Data", f"{dataset.get('root', 'n/a')}"), _kv("", _dataset_counts(dataset))] if dataset else []
     top = [
         _kv("Status", status),
-        _kv("Data", f"{dataset.get('root', 'n/a')}"),
-        _kv("", _dataset_counts(dataset)),
+        *data_rows,
         _kv("Device / precision", f"{results.get('device', 'n/a')} / {results.get('precision', 'n/a')}"),
         _kv("Torch threads", f"{results['torch_threads']} intra-op" if results.get("torch_threads") else "n/a"),
         _kv("Wall clock time", _num((results.get("accounted") or {}).get("run_wall_s"), ",.1f", " s")),
@@ -70,7 +70,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
         _kv("GPU util. p50/p90/max", gpu_util),
         _kv("Peak torch allocated", format_mib(res.get("peak_allocated_bytes"))),
         _kv("Peak torch reserved", format_mib(res.get("peak_reserved_bytes"))),
-        _kv("Trained on", f"{train.get('images', 0):,} images in {train.get('steps', 0):,} steps"),
+        _kv("Trained on", f"{train.get('images', 0):,} {_unit(results)} in {train.get('steps', 0):,} steps"),
         *_progress_rows(results),
         *_quality_rows(quality),
     ]
@@ -114,9 +114,17 @@ def _dataset_counts(dataset: dict[str, Any]) -> str:
     return text + f", {dataset.get('cars', 0):,} cars ({cars})" + left_out
 
 
+def _unit(results: dict[str, Any]) -> str:
+    """'images' in segperf's own runs; 'samples' in anyone else's (a run without segperf's config)."""
+    return "images" if "config" in results else "samples"
+
+
 def _quality_rows(quality: dict[str, Any]) -> list[str]:
     if quality.get("metric"):  # a user's module: the metric it is judged by, then every one it logged
         return _named_quality_rows(quality)
+    known = {"val_accuracy", "val_pixel_accuracy", "val_dice"}
+    if quality and not known & quality.keys():  # a user's own model: whatever it logged in validation
+        return [_kv(name, _num(value, ".4f")) for name, value in quality.items() if not isinstance(value, list)]
     if "val_accuracy" in quality:  # the CPU study's classifier
         return [_kv("Val accuracy", _num(quality.get("val_accuracy"), ".4f")), *_quality_progress(quality)]
     return [
@@ -173,9 +181,25 @@ def _phase_table(results: dict[str, Any]) -> str:
             f"{_num(row.get('cpu_mean_percent'), '.0f', '%'):>8}{format_mib(row.get('rss_peak_bytes')):>13}"
             f"{_num(row.get('gpu_util_mean_percent'), '.0f', '%'):>10}{format_mib(row.get('gpu_mem_peak_bytes')):>13}"
         )
+        rows += _split_rows(row)
     accounted = results.get("accounted") or {}
     rows += [LINE, f"{'accounted':<23}{accounted.get('wall_s', 0):>11.2f}{accounted.get('fraction', 0):>10.1%}"]
     return "\n".join(rows)
+
+
+def _split_rows(row: dict[str, Any]) -> list[str]:
+    """train_step's parts, indented under it: host seconds, share of the run and of the step."""
+    lines = []
+    for part, split in (row.get("split") or {}).items():
+        share = split.get("of_train_step")
+        lines.append(
+            f"{'  ' + part:<16}{split.get('calls', 0):>7,}{split['wall_s']:>11.2f}"
+            f"{split.get('fraction', 0.0):>10.1%}   {_num(share, '.0%')} of train_step"
+        )
+    device = row.get("device_split_s") or {}
+    if device:
+        lines.append("  on the device: " + ", ".join(f"{part} {seconds:,.2f} s" for part, seconds in device.items()))
+    return lines
 
 
 def _jitter_rows(jitter: dict[str, Any]) -> list[str]:
@@ -203,11 +227,12 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
     per_rank = (
         [_kv("  of which rank 0", _num(train["rank0_images_per_s"], ",.2f"))] if "rank0_images_per_s" in train else []
     )
+    unit = _unit(results)
     return [
-        _kv("Train images/s", _num(train.get("images_per_s"), ",.2f")),
+        _kv(f"Train {unit}/s", _num(train.get("images_per_s"), ",.2f")),
         *per_rank,
-        _kv("Val images/s", _num(train.get("val_images_per_s"), ",.2f")),
-        _kv("Train GFLOP per image", _gflop(tp.get("train_flops_per_image"))),
+        _kv(f"Val {unit}/s", _num(train.get("val_images_per_s"), ",.2f")),
+        _kv(f"Train GFLOP per {unit[:-1]}", _gflop(tp.get("train_flops_per_image"))),
         _kv("Achieved TFLOP/s", _num(_scale(tp.get("achieved_train_flops_per_s"), 1e-12), ",.3f")),
         *_peak_rows(tp),
     ]

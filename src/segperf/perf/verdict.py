@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from segperf.perf.advice import LEVERS, untried
+from segperf.perf.advice import DATALOADER_LEVERS, LEVERS, untried
 
 THRESHOLDS: dict[str, float] = {
     # warm-up phase share of the whole run's wall time above which warm-up (torch.compile,
@@ -36,6 +36,9 @@ THRESHOLDS: dict[str, float] = {
     # validation + logging + checkpoint share of the training loop (steady state + validation +
     # checkpoint) above which bookkeeping, not training, is what the run spends its time on.
     "overhead_fraction": 0.2,
+    # optimizer-step share of train_step (its split) above which a compute-bound verdict names the
+    # optimizer: a step whose update costs a third of it has more to gain there than in the model.
+    "optimizer_fraction": 0.3,
 }
 
 STEADY_PHASES = ("data_wait", "batch_to_device", "train_step", "logging")
@@ -46,6 +49,15 @@ _OVERHEAD_ADVICE = {
     "logging": "log less often (a larger trainer.log_every_n_steps)",
     "checkpoint": "checkpoint less often (last.ckpt is written at every validation: a larger val_every_images)",
 }
+# the same advice in the knobs of a workload segperf did not configure (PerfMonitor in a user's script)
+_DATALOADER_OVERHEAD_ADVICE = {
+    "validation": "validate less often (Trainer(val_check_interval=...)) or on fewer batches "
+    "(Trainer(limit_val_batches=...))",
+    "logging": "log less often (Trainer(log_every_n_steps=...))",
+    "checkpoint": "checkpoint less often (ModelCheckpoint(every_n_train_steps=...))",
+}
+# which knobs the advice is given in: segperf's config groups, or a plain DataLoader and Trainer
+ADVICE = {"segperf": (LEVERS, _OVERHEAD_ADVICE), "dataloader": (DATALOADER_LEVERS, _DATALOADER_OVERHEAD_ADVICE)}
 
 
 def _seconds(phases: dict[str, dict], name: str) -> float:
@@ -70,6 +82,7 @@ def verdict(
     gpu_util_mean: float | None,
     device_type: str,
     settings: dict[str, Any] | None = None,
+    advice: str = "segperf",
 ) -> dict[str, Any]:
     """`{"kind", "text", "overrides"}`: the run's dominant bottleneck with evidence and next steps.
 
@@ -81,9 +94,15 @@ def verdict(
     "data-bound", "copy-bound", "overhead-bound", "compute-bound" or "unknown" (with the reason).
     Warm-up is judged first (if it dominates, steady-state shares describe too little of the run);
     then among data, copy and overhead the one with the largest share of the loop wins; compute
-    (train_step) is what remains when none passes its threshold.
+    (train_step) is what remains when none passes its threshold, and names its split (forward,
+    backward, optimizer step, from `phases["train_step"]["split"]` when measured), pointing at the
+    optimizer when its step takes more than THRESHOLDS["optimizer_fraction"] of train_step.
+    `advice` names the knobs the suggestions are given in (ADVICE: "segperf" overrides, or
+    "dataloader" for a workload segperf did not configure, whose `settings` then hold
+    `dataloader`, `trainer` and `hints`).
     """
     t = THRESHOLDS
+    levers, overhead_advice = ADVICE[advice]
     on_gpu = device_type != "cpu"
     device = "GPU" if device_type == "cuda" else device_type.upper()
     if not phases or sum(_seconds(phases, p) for p in phases) <= 0:
@@ -92,7 +111,7 @@ def verdict(
 
     warmup = float((phases.get("warmup") or {}).get("fraction") or 0.0)
     if warmup > t["warmup_fraction"]:
-        overrides = untried(LEVERS["warm-up"], settings)
+        overrides = untried(levers["warm-up"], settings)
         text = f"warm-up-bound: compilation/warm-up took {_pct(warmup)} of the run; a longer run amortises it"
         return {
             "kind": "warm-up-bound",
@@ -129,42 +148,54 @@ def verdict(
     gpu_note = f" while the GPU was {_pct(gpu)} busy" if on_gpu and gpu is not None else ""
     if kind == "data-bound":
         starved_note = f" ({_pct(starved)} of steps starved)" if starved_fraction is not None else ""
-        overrides = untried(LEVERS["data-gpu" if device_type == "cuda" else "data"], settings)
+        overrides = untried(levers["data-gpu" if device_type == "cuda" else "data"], settings)
         text = f"data-bound: {_pct(data_share)} of training time waiting for data{starved_note}{gpu_note}"
         text += _try(overrides, "every loader option segperf has is on already: the loader itself is the limit")
     elif kind == "copy-bound":
-        overrides = untried(LEVERS["copy"], settings)
+        overrides = untried(levers["copy"], settings)
         text = f"copy-bound: {_pct(copy_share)} of training time copying batches to the {device}{gpu_note}"
         why = " (pinned memory lets the copy overlap compute)" if "pin=on" in overrides else ""
         text += _try(overrides, "pinned memory and prefetching are on already", why=why)
     elif kind == "overhead-bound":
         worst = max(OVERHEAD_PHASES, key=lambda p: _seconds(phases, p))
         parts = ", ".join(f"{p} {_pct(_seconds(phases, p) / loop)}" for p in OVERHEAD_PHASES if _seconds(phases, p))
-        overrides = untried(LEVERS[worst], settings)
+        overrides = untried(levers[worst], settings)
         text = (
             f"overhead-bound: {_pct(overhead_share)} of the training loop in validation, logging and checkpoints "
-            f"({parts}); {_OVERHEAD_ADVICE[worst]}"
+            f"({parts}); {overhead_advice[worst]}"
         )
         text += _try(overrides, "", lead=": ")
     else:
         step_share = _seconds(phases, "train_step") / steady
+        in_step = f"{_pct(step_share)} of steady-state time in train_step{gpu_note}{_split_note(phases)}"
         if not on_gpu:
-            overrides = untried(LEVERS["compute-cpu"], settings)
-            text = (
-                f"compute-bound on the CPU: {_pct(step_share)} of steady-state time in train_step; "
-                "a GPU, fewer FLOPs per image or larger batches are the levers"
-            )
+            overrides = untried(levers["compute-cpu"], settings)
+            text = f"compute-bound on the CPU: {in_step}; a GPU, fewer FLOPs per image or larger batches are the levers"
         elif gpu is not None and gpu < t["gpu_busy_low"]:
-            overrides = untried(LEVERS["compute-host"], settings)
-            text = (
-                f"compute-bound on the host: {_pct(step_share)} of steady-state time in train_step{gpu_note}, "
-                "so kernel launches, not the GPU, set the pace"
-            )
+            overrides = untried(levers["compute-host"], settings)
+            text = f"compute-bound on the host: {in_step}, so kernel launches, not the GPU, set the pace"
         else:
-            overrides = untried(LEVERS["compute-gpu"], settings)
-            text = f"compute-bound on the {device}: {_pct(step_share)} of steady-state time in train_step{gpu_note}"
+            overrides = untried(levers["compute-gpu"], settings)
+            text = f"compute-bound on the {device}: {in_step}"
         text += _try(overrides, "the faster settings segperf has are on already")
     return {"kind": kind, "text": text, "overrides": overrides}
+
+
+def _split_note(phases: dict[str, dict]) -> str:
+    """' (forward 30%, backward 55%, optimizer step 15% of it)', and the optimizer named when it is
+    a large part of every step; '' when the step was not split."""
+    split = (phases.get("train_step") or {}).get("split") or {}
+    shares = {part: (split.get(part) or {}).get("of_train_step") for part in ("forward", "backward", "optimizer_step")}
+    if any(share is None for share in shares.values()):
+        return ""
+    parts = ", ".join(f"{part.replace('_', ' ')} {_pct(share)}" for part, share in shares.items())
+    note = f" ({parts} of it)"
+    if shares["optimizer_step"] > THRESHOLDS["optimizer_fraction"]:
+        note += (
+            "; the optimizer step is a large part of each step: a fused or foreach optimizer "
+            "(e.g. torch.optim.AdamW(fused=True)) or fewer trainable parameters cut it"
+        )
+    return note
 
 
 def _try(overrides: list[str], otherwise: str, *, why: str = "", lead: str = "; ") -> str:

@@ -26,7 +26,7 @@ CONFIG_NAME = "train"
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from segperf.training.checkpoints import Terminated
+    from segperf.callbacks import Terminated
     from segperf.training.run import train
 
     hydra_cfg = HydraConfig.get()

@@ -2,7 +2,7 @@
 
 `RunRecord` is the bookkeeping around the recipe in segperf.training.run, as the
 lightning-hydra-template's `task_wrapper` is around its `train()`: the recipe builds things and
-hands them over (`record.measurement = ...`, `record.trainer = ...`), and on leaving the `with`
+hands them over (`record.trainer = ...`), and on leaving the `with`
 block the record says how the run ended (completed, interrupted by Ctrl-C or SIGTERM, failed with
 its error), fills in what was measured from whatever got built, and writes the files — once, on
 rank 0, atomically. The exception itself goes on to the command line, which turns it into one
@@ -12,6 +12,7 @@ line for the user.
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from segperf.callbacks import InterruptCheckpoint, PerfMonitor, Terminated, TerminateOutsideTraining
 from segperf.config import TRAINING_AXIS_KEYS, plain_config
 from segperf.data.skips import warnings_line
 from segperf.errors import explain, is_worker_error
@@ -28,7 +30,6 @@ from segperf.perf.results import record_failure, write_json_atomic, write_text_a
 from segperf.perf.summary import NOT_TRAINED, format_not_trained, format_run_summary
 from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
-from segperf.training.checkpoints import InterruptCheckpoint, Terminated, TerminateOutsideTraining
 from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks
 from segperf.training.quality import ValidationMetrics, quality_section
 from segperf.training.resume import resume_checkpoint, resume_command
@@ -51,7 +52,8 @@ class RunRecord:
         self.results["process_job"] = next(_RUNS_IN_PROCESS)
         # how busy the machine was around the run (others' CPU during it): the report flags a busy one
         self.results["machine_load"], self._cpu_start = load_at_start()
-        self.measurement = self.datamodule = self.module = self.trainer = self.workload = None
+        self.monitor: PerfMonitor | None = None
+        self.datamodule = self.module = self.trainer = self.workload = None
         self.callbacks: list[L.Callback] = []
         self.ckpt_path: Path | None = None
         self._job: DistributedJob | None = None
@@ -77,10 +79,15 @@ class RunRecord:
     def use_callbacks(self, callbacks: list[L.Callback]) -> list[L.Callback]:
         """The run's callbacks; the SIGTERM guard among them is armed from now until the end."""
         self.callbacks = callbacks
+        self.monitor = next((c for c in callbacks if isinstance(c, PerfMonitor)), None)
         for callback in callbacks:
             if isinstance(callback, TerminateOutsideTraining):
                 callback.install()
         return callbacks
+
+    def span(self, phase: str):
+        """Time a part of the run the Trainer does not see (PerfMonitor's `span`; nothing without one)."""
+        return self.monitor.span(phase) if self.monitor is not None else nullcontext()
 
     def notice(self, text: str) -> None:
         """Said once, when it happens, and kept in results.json (and summary.txt's notes)."""
@@ -110,9 +117,7 @@ class RunRecord:
         for callback in self.callbacks:
             if isinstance(callback, TerminateOutsideTraining):
                 callback.uninstall()
-        if self.measurement is not None:
-            self.measurement.finish(results, self.trainer, self.module)
-        for callback in self.callbacks:  # profile=ops, profile=counters: their sections
+        for callback in self.callbacks:  # PerfMonitor; profile=ops, profile=counters: their sections
             if hasattr(callback, "record"):
                 callback.record(results)
         self._fill_in()

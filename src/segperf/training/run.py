@@ -17,10 +17,10 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.profilers import SimpleProfiler
 from omegaconf import DictConfig, open_dict
 
-from segperf.perf.measure import RunMeasurement
-from segperf.perf.phases import PhaseClock
 from segperf.training.checkpoints import AtomicCheckpointIO
 from segperf.training.distributed import per_job_rank_commands
 from segperf.training.record import RunRecord
@@ -47,15 +47,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             torch.set_num_threads(cfg.num_threads)
         record.results["torch_threads"] = torch.get_num_threads()
         L.seed_everything(cfg.seed, workers=True)
-        callbacks = record.use_callbacks([instantiate(c) for c in cfg.callbacks.values()])
-        clock = next(c for c in callbacks if isinstance(c, PhaseClock))
-        measurement = record.measurement = RunMeasurement(
-            run_dir, clock, cfg.perf.sample_interval_s, cfg.perf.measure, peak_probe=cfg.perf.peak_probe
-        )
-        for note in measurement.hardware_notes():
-            print(f"segperf: note: {note}")
+        callbacks = record.use_callbacks([instantiate(c) for c in cfg.callbacks.values()])  # PerfMonitor among them
 
-        with measurement.span("define_model"):  # segperf's net, or the user's own LightningModule
+        with record.span("define_model"):  # segperf's net, or the user's own LightningModule
             workload = record.workload = build_workload(cfg)
             datamodule, module = record.datamodule, record.module = workload.datamodule, workload.module
             print(workload.description)
@@ -65,20 +59,19 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         trainer = record.trainer = build_trainer(
             cfg.trainer,
             callbacks=callbacks,
-            logger=measurement.make_logger(run_dir),
-            profiler=measurement.profiler,
+            logger=TensorBoardLogger(save_dir=run_dir, name="", version="", default_hp_metric=False),
+            # Lightning's own per-action report (fit-lightning-profile.txt); PerfMonitor taps it
+            profiler=SimpleProfiler(dirpath=run_dir, filename="lightning-profile") if cfg.perf.measure else None,
             default_root_dir=run_dir,
             plugins=[AtomicCheckpointIO()],
             **workload.trainer_options,
         )
-        clock.mark("fit_called")
         with per_job_rank_commands():  # trainer=ddp: the other ranks run this job, in this folder
             trainer.fit(module, datamodule=datamodule, ckpt_path=record.ckpt_path and str(record.ckpt_path))
-        clock.mark("fit_returned")
         if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
-            with measurement.span("validation"):
+            with record.span("validation"):
                 trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
-            with measurement.span("checkpoint"):  # the trained weights, whatever the validation schedule
+            with record.span("checkpoint"):  # the trained weights, whatever the validation schedule
                 trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     return record.results
 

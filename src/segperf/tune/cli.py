@@ -103,6 +103,12 @@ def settings_problems(settings: Any) -> list[str]:
         ("probe.val_images", settings.probe.val_images >= 1, "must be >= 1"),
         ("probe.time_limit_factor", settings.probe.time_limit_factor >= 1, "must be >= 1, e.g. 3"),
         ("probe.min_time_limit_s", settings.probe.min_time_limit_s > 0, "must be > 0 seconds, e.g. 60"),
+        (
+            "probe.screen_factor",
+            settings.probe.screen_factor == 0 or settings.probe.screen_factor > 1,
+            "must be > 1 (a probe below 1/factor of the best's images/s is stopped), or 0 for no screening",
+        ),
+        ("probe.screen_steps", settings.probe.screen_steps >= 1, "must be >= 1 timed steps, e.g. 2"),
         ("quality.tolerance", settings.quality.tolerance >= 0, "must be >= 0, e.g. 0.02"),
     ]
     for name, ok, what in checks:
@@ -139,6 +145,7 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
     from segperf.schema import SettingsError
     from segperf.tune import space
     from segperf.tune.journal import Journal
+    from segperf.tune.native import emulated_precisions, native_presets
     from segperf.tune.probe import config_of
     from segperf.tune.runner import LaunchMeasure
     from segperf.tune.search import Tuner
@@ -158,6 +165,9 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
     start = config_of(a for a in arguments if not override_key(a).split(".")[0] == "tune")
     axes = space.axes(plain, choices, cores_per_rank(config.trainer.devices), batch_size=settings.batch_size)
     presets, notes = composable_presets(config, loader, settings, choices, start)
+    emulated = emulated_precisions(str(config.trainer.accelerator)) if "precision" in choices else {}
+    presets, preset_notes = native_presets(presets, emulated)
+    notes += preset_notes
     probe = OmegaConf.to_container(settings.probe, resolve=True)
     speed = LaunchMeasure(config, loader, launcher, kind="speed", probe=probe)
     quality = quality_measure(config, loader, launcher, settings, choices, notes)
@@ -178,6 +188,9 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
         quality_tolerance=settings.quality.tolerance,
         limit_factor=settings.probe.time_limit_factor,
         limit_floor_s=settings.probe.min_time_limit_s,
+        screen_factor=settings.probe.screen_factor or None,
+        emulated=emulated,
+        identity=speed.identity,
     )
     for note in notes:
         say(f"note: {note}")

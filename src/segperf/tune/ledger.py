@@ -6,13 +6,17 @@ ledger is the one place that calls a Measure, writes the journal, keeps the cloc
 plan against the budget. Time spent is the journal's: each record carries the tune's elapsed
 seconds when it was made, so a rerun that replays it continues the same clock (and so takes the
 same budget decisions the interrupted run took), then adds its own time.
+
+The ledger also knows what was measured: configurations with the same `identity` (the run they
+compose: workers=auto and data.num_workers=2 on 2 cores) share their speed probes (`known`), so
+the search never measures again what an earlier probe measured.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
 from segperf.tune.journal import QUALITY, SPEED, Journal
@@ -30,12 +34,15 @@ class Ledger:
         progress: Callable[[str], None] | None,
         limit_factor: float,
         limit_floor_s: float,
+        identity: Callable[[Config], Hashable] | None = None,
     ) -> None:
         self.measures, self.budget_s, self.journal, self.clock = measures, budget_s, journal, clock
         self.progress, self.limit_factor, self.limit_floor_s = progress, limit_factor, limit_floor_s
         self._repeats: Counter[tuple[str, Config]] = Counter()
         self._walls: dict[tuple[str, Config], list[float]] = {}
         self._base, self._mark = 0.0, clock()  # elapsed = base + (clock() - mark)
+        self.identity = identity or (lambda config: config)
+        self._known: dict[tuple[str, Hashable], list[Probe]] = {}  # by (kind, identity), in order
         self.where = ""  # the stage and step the progress lines name
 
     def elapsed(self) -> float:
@@ -44,10 +51,17 @@ class Ledger:
     def left(self) -> float:
         return self.budget_s - self.elapsed()
 
-    def probe(self, kind: str, configs: Sequence[Config], labels: Sequence[str], limit: float | None) -> list[Probe]:
+    def probe(
+        self,
+        kind: str,
+        configs: Sequence[Config],
+        labels: Sequence[str],
+        limit: float | None,
+        floor: float | None = None,
+    ) -> list[Probe]:
         """Probes of `configs`, in order: replayed from the journal where it has this repeat of the
-        configuration, the rest measured in one call, interleaved as given, and journaled; one
-        progress line per probe."""
+        configuration, the rest measured in one call, interleaved as given (with the screening
+        `floor` in images/s when there is one), and journaled; one progress line per probe."""
         requests = []
         for config in configs:
             requests.append((config, self._repeats[(kind, config)]))
@@ -61,7 +75,9 @@ class Ledger:
         replayed = {i for i, probe in enumerate(found) if probe is not None}
         missing = [i for i in range(len(requests)) if i not in replayed]
         if missing:
-            measured = self.measures[kind]([requests[i][0] for i in missing], limit)
+            asked = [requests[i][0] for i in missing]
+            measure = self.measures[kind]
+            measured = measure(asked, limit) if floor is None else measure(asked, limit, floor)
             if len(measured) != len(missing):
                 raise RuntimeError(f"the tune's measure gave {len(measured)} probes for {len(missing)} configurations")
             now = self.elapsed()
@@ -72,17 +88,36 @@ class Ledger:
                     self.journal.record(kind, repeat, found[i], now)
         for i, probe in enumerate(found):
             self._walls.setdefault((kind, requests[i][0]), []).append(probe.wall_s)
+            self._known.setdefault(self._key(kind, requests[i][0]), []).append(probe)
             self._report(kind, labels[i], probe, i in replayed)
         return found
+
+    def _key(self, kind: str, config: Config) -> tuple[str, Hashable]:
+        return (kind, self.identity(config) if kind == SPEED else config)
+
+    def known(self, kind: str, config: Config) -> list[Probe]:
+        """Every probe so far of `config` or of a configuration that composes the same run."""
+        return list(self._known.get(self._key(kind, config), []))
+
+    def same(self, a: Config, b: Config) -> bool:
+        """Whether two configurations train the same run (the same identity)."""
+        return a == b or self.identity(a) == self.identity(b)
+
+    def groups(self, kind: str) -> list[list[Probe]]:
+        """The probes so far, one list per run measured (by identity)."""
+        return [list(probes) for (k, _), probes in self._known.items() if k == kind]
 
     def measured(self, kind: str) -> bool:
         """Whether any probe of the kind was taken (replayed or measured)."""
         return any(k == kind for k, _ in self._walls)
 
     def alias(self, kind: str, config: Config, like: Config) -> None:
-        """Price `config` by `like`'s probes (a preset without a setting the machine ignored ran as it)."""
+        """Take `like`'s probes as `config`'s (a preset without a setting the machine ignored ran as
+        it): its price, and what is known of its speed."""
         if (kind, config) not in self._walls:
             self._walls[(kind, config)] = list(self._walls.get((kind, like), []))
+        if self._key(kind, config) not in self._known:
+            self._known[self._key(kind, config)] = self._known.setdefault(self._key(kind, like), [])
 
     def estimate(self, kind: str, config: Config, reference: Config) -> float:
         """A probe's expected wall time: the median of its own so far, else the reference's (an
@@ -116,7 +151,12 @@ class Ledger:
             outcome = f"quality {probe.quality:.3f}" if probe.quality is not None else "no quality"
         else:
             outcome = f"{probe.images_per_s:.3g} images/s" if probe.images_per_s is not None else "no images/s"
-        extras = [word for word, on in (("cut at the time limit", probe.cut), ("not applied", probe.not_applied)) if on]
+        flags = (
+            ("cut at the time limit", probe.cut),
+            ("screened out", probe.screened),
+            ("not applied", probe.not_applied),
+        )
+        extras = [word for word, on in flags if on]
         extras += ["from the journal"] if replayed else []
         tail = f" ({', '.join(extras)})" if extras else ""
         clock = f"{self.elapsed() / 60:.1f}/{self.budget_s / 60:.1f} min"

@@ -37,6 +37,9 @@ class Probe:
     wall_s: float = 0.0
     # stopped at the time limit (its images/s are of the steps it finished)
     cut: bool = False
+    # stopped after its first timed steps for running below the screening floor (a fraction of the
+    # best's images/s, segperf.callbacks.screen_out): its images/s are of those steps
+    screened: bool = False
     # where its results.json is (None for a fake workload)
     run_dir: str | None = None
     # why it failed, one line (None when it finished)
@@ -54,8 +57,10 @@ class Probe:
 # float is the most wall time one probe may take (None: no limit): a probe past it is stopped and
 # reports the images/s of the steps it finished after warm-up (images_per_s None and `failed`
 # saying so when it finished none), so that one pathological candidate (bf16 emulated on a CPU
-# without bf16 instructions runs ~50x slower) cannot eat the budget.
-Measure = Callable[[Sequence[Config], float | None], list[Probe]]
+# without bf16 instructions runs ~50x slower) cannot eat the budget. An optional third argument,
+# passed only when there is one, is the screening floor in images/s: a probe whose images/s after
+# its first timed steps are below it is stopped then, `screened` (segperf.callbacks.screen_out).
+Measure = Callable[..., list[Probe]]
 
 
 def config_of(overrides: Sequence[str]) -> Config:

@@ -53,6 +53,29 @@ def final_noise(final: Mapping[str, Any]) -> Noise | None:
     return pooled_noise([rates(probes) for probes in final.values()])
 
 
+def cost_cell(step: Mapping[str, Any]) -> str:
+    """What one decision cost: the probes run for it and their seconds, and the earlier probes it
+    decided on as well (`+N reused`: the same runs, measured once)."""
+    reused = f" +{step['reused']} reused" if step.get("reused") else ""
+    return f"{step.get('probes_run', 0)}, {step.get('seconds', 0.0):.0f} s{reused}"
+
+
+def cost_summary(result: Mapping[str, Any]) -> str:
+    """Where the tune's probes and seconds went, per stage: the decisions and the rest (the final
+    side-by-side's top-up and the learning runs)."""
+    steps = result.get("steps") or []
+    parts = []
+    for stage in dict.fromkeys(s["stage"] for s in steps if s["stage"] != "quality"):
+        mine = [s for s in steps if s["stage"] == stage]
+        decided = sum(1 for s in mine if s.get("verdict") != "skipped: budget")
+        probes, seconds = sum(s.get("probes_run", 0) for s in mine), sum(s.get("seconds", 0.0) for s in mine)
+        parts.append(f"{stage}: {decided} decisions, {probes} probes, {seconds:.0f} s")
+    spent = sum(s.get("seconds", 0.0) for s in steps if s["stage"] != "quality")
+    rest = max(0.0, (result.get("elapsed_s") or 0.0) - spent)
+    parts.append(f"final stage and learning runs: {rest:.0f} s")
+    return "Cost: " + "; ".join(parts) + "."
+
+
 def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]:
     """The final side-by-side: each configuration's images/s and its ratio to the start's."""
     final, configs = result.get("final") or {}, result.get("final_configs") or {}
@@ -126,7 +149,7 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
         f"{ratio_cell(s.get('ratio'), s.get('low'), s.get('high'))}"
         for i, s in enumerate(kept, start=1)
     ] or ["Nothing was faster beyond noise: the start is the tuned configuration."]
-    lines += ["", "## Final side by side (interleaved)", ""]
+    lines += ["", "## Final side by side (every probe of each; topped up to min_runs, interleaved)", ""]
     rows = [
         [row["name"], label(row["config"], start), rate_cell((result.get("final") or {})[row["name"]])]
         + [ratio_cell(row["vs_start"], *(row["vs_start_interval"] or [None, None]), row["distinguishable"])]
@@ -137,11 +160,14 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     rows = [
         [str(i), s["stage"], s["axis"], label(s.get("option") or [], start)]
         + [rate_cell(s.get("candidate_probes") or []), rate_cell(s.get("against_probes") or [])]
-        + [ratio_cell(s.get("ratio"), s.get("low"), s.get("high")), s.get("verdict", ""), s.get("note", "")]
+        + [ratio_cell(s.get("ratio"), s.get("low"), s.get("high")), s.get("verdict", "")]
+        + [cost_cell(s), s.get("note", "")]
         for i, s in enumerate(result.get("steps") or [], start=1)
     ]
-    headers = ["#", "stage", "axis", "option", "candidate images/s", "best images/s", "ratio", "verdict", "note"]
-    lines += md_table(headers, rows, {0, 4, 5, 6}) if rows else ["No comparison ran."]
+    headers = ["#", "stage", "axis", "option", "candidate images/s", "best images/s", "ratio", "verdict"]
+    headers += ["probes, s", "note"]
+    lines += md_table(headers, rows, {0, 4, 5, 6, 8}) if rows else ["No comparison ran."]
+    lines += ["", cost_summary(result)]
     lines += ["", "## Quality check", "", quality_section(result.get("quality"), start)]
     if data.get("notes"):
         lines += ["", "## Notes", "", *[f"- {note}" for note in data["notes"]]]

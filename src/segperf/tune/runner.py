@@ -9,6 +9,8 @@ Timer stops training after the step that passes it and the run ends like a finis
 images/s of the steps it did after warm-up, so the probe is marked cut rather than failed. The
 limit counts from the first training step (Lightning's Timer starts there): a probe's start-up
 (building the data and the net, filling a cache) is not cut, only what it spends training.
+A screening floor (images/s) adds segperf.callbacks.screen_out.ScreenOut to the job's callbacks: a probe
+below it after its first `tune.probe.screen_steps` timed steps stops there and is marked screened.
 
 Quality probes are learning runs of the same configurations at the size `tune.quality.runs`
 gives for the model (size=demo for the U-Net: its Dice after a minute says whether a setting
@@ -26,11 +28,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from segperf.tune.probe import Config, Probe
 from segperf.tune.space import override_key
 
 # what a probe sets itself (the start's own values of these keys are replaced)
-PROBE_SIZE_KEYS = ("train_images", "val_images", "val_every_images", "trainer.max_time")
+PROBE_SIZE_KEYS = ("train_images", "val_images", "val_every_images", "trainer.max_time", "callbacks.tune_screen")
+SCREEN_TARGET = "segperf.callbacks.screen_out.ScreenOut"
 # run-size keys of the start left out of a quality run: the learning run has its own size
 RUN_SIZE_KEYS = ("size", "train_images", "val_images", "batch_size", "val_every_images", "data.height", "data.width")
 # results.json's quality key per workload: the U-Net's val Dice, the CNN's val accuracy
@@ -125,6 +130,9 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
     status = results.get("status")
     if status != "completed":
         return replace(probe, images_per_s=None, failed=first_line(results.get("error") or status))
+    screen = results.get("tune_screen") or {}
+    if screen.get("screened_out"):  # stopped on purpose after its first timed steps: its rate is the verdict
+        return replace(probe, screened=True, images_per_s=train.get("images_per_s") or screen.get("images_per_s"))
     done, planned = progress.get("steps_done"), progress.get("steps_total")
     if limited and done is not None and planned is not None and done < planned:
         probe = replace(probe, cut=True)
@@ -168,9 +176,10 @@ class LaunchMeasure:
         self.keep_run_size = keep_run_size
         self.sweep_dir = Path(str(master.hydra.sweep.dir))
         self._problems: dict[Config, str | None] = {}
+        self._identities: dict[Config, str] = {}
 
-    def job_overrides(self, config: Config, limit_s: float | None) -> list[str]:
-        """The command line of one job of `config`."""
+    def job_overrides(self, config: Config, limit_s: float | None, floor: float | None = None) -> list[str]:
+        """The command line of one job of `config` (`floor`: the screening floor in images/s)."""
         if self.kind == "quality":
             keep = RUN_SIZE_KEYS if self.keep_run_size else ("batch_size",) if self.keep_batch_size else ()
             drop = [k for k in RUN_SIZE_KEYS if k not in keep]
@@ -180,6 +189,10 @@ class LaunchMeasure:
         images = (warmup + self.probe["steps"]) * batch
         size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
         limit = [f"trainer.max_time={max_time(limit_s)}"] if limit_s is not None else []
+        if floor is not None:
+            steps = max(1, min(int(self.probe.get("screen_steps", 2)), self.probe["steps"]))
+            screen = f"floor_images_per_s:{floor:.6g},timed_steps:{steps},warmup_steps:{warmup}"
+            limit.append(f"+callbacks.tune_screen={{_target_:{SCREEN_TARGET},{screen}}}")
         return merged(self.probe["overrides"], config, size, limit)
 
     def composition_problem(self, config: Config, overrides: list[str]) -> str | None:
@@ -193,18 +206,42 @@ class LaunchMeasure:
                 self._problems[config] = f"does not compose: {first_line(error)}"
         return self._problems[config]
 
+    def identity(self, config: Config) -> str:
+        """What a probe of `config` trains, as one string: its composed job config, interpolations
+        resolved, without Hydra's node and the tune's settings. Two configurations with the same
+        identity (workers=auto and data.num_workers=2 on 2 cores) train the same run, so the search
+        measures them once (segperf.tune.ledger). A configuration that does not compose is its own."""
+        if config not in self._identities:
+            try:
+                composed = self.loader.load_sweep_config(self.master, self.job_overrides(config, None))
+            except Exception:  # Hydra's and OmegaConf's composition errors: reported when it is measured
+                self._identities[config] = json.dumps(list(config))
+                return self._identities[config]
+            plain = {}
+            for key in composed:
+                if key in ("hydra", "tune"):
+                    continue
+                node = composed[key]
+                try:
+                    plain[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+                except Exception:  # ${hydra:...} (the run folder) resolves only inside a job: the same for all
+                    plain[key] = OmegaConf.to_container(node, resolve=False)
+            self._identities[config] = json.dumps(plain, sort_keys=True, default=str)
+        return self._identities[config]
+
     def next_job(self) -> int:
         numbers = [
             int(p.name.split("_", 1)[0]) for p in self.sweep_dir.glob("*_*") if p.name.split("_", 1)[0].isdigit()
         ]
         return max(numbers, default=-1) + 1
 
-    def __call__(self, configs: Sequence[Config], limit_s: float | None) -> list[Probe]:
+    def __call__(self, configs: Sequence[Config], limit_s: float | None, floor: float | None = None) -> list[Probe]:
         limit_s = None if self.kind == "quality" else limit_s
+        floor = None if self.kind == "quality" else floor
         probes: list[Probe | None] = [None] * len(configs)
         batch, where = [], []
         for index, config in enumerate(configs):
-            overrides = self.job_overrides(config, limit_s)
+            overrides = self.job_overrides(config, limit_s, floor)
             problem = self.composition_problem(config, overrides)
             if problem:
                 probes[index] = Probe(config, None, failed=problem)

@@ -3,31 +3,40 @@
 Strategy (README, "Tuning"):
 
 1. **Presets.** The start and each preset (`+opt=all`, `+opt=all compile=off`, spelt out as group
-   overrides by segperf.tune.space.presets) are measured interleaved, A B C A B C, until each
-   preset is distinguishable from the start at `level` or has `max_runs` probes. The fastest
+   overrides by segperf.tune.space.presets, and without a precision this machine emulates:
+   segperf.tune.native gives `+opt=all precision=fp32` there) are measured interleaved, A B C
+   A B C, until each preset is decided against the start or has `max_runs` probes. The fastest
    preset that is distinguishably faster becomes the current best, so the tuned result starts
    from, and never ends below, the best preset. A preset setting the machine did not honour
    (pin=on without a GPU) is dropped from it first: what ran is the preset without it.
-2. **Coordinate ascent.** From the current best, each option of each axis (space.axes, in its
-   order) is measured against the best, interleaved A B A B, `min_runs` pairs and then one pair
-   at a time up to `max_runs`, until distinguishable. An option is kept only when it is faster
-   beyond noise, ran as asked (nothing in `not_applied`) and did not fail; it then is the best
-   the next options are measured against. An option the best already has is not measured. A
-   second pass re-tries the axes where something was kept, against the final best, since
-   axes interact (workers pay off only once decoding is cheap, and the reverse).
+2. **Coordinate ascent, breadth first.** From the current best: each axis' first option the best
+   does not have (space.axes' order; the budget left, less the reserve, shared among the axes not
+   visited yet, so that every axis is visited), then every axis' other options, then the options
+   this machine emulates (once, with the best's own probe time as its limit), then the axes where
+   something was kept, again, against the final best (axes interact). An option is kept only when
+   it is faster beyond noise, ran as asked (nothing in `not_applied`) and did not fail; it then is
+   the best the next options are measured against. An option the best already has, or one that
+   composes the same run as the best, is not measured; an option an earlier probe showed the
+   machine does not honour is not measured again.
 3. **Quality guard** (with `quality`): the start's learning run is done first (its wall time
    prices the reserve below), the tuned configuration's at the end. A tuned quality below the
    start's by more than `quality_tolerance` rejects it; the changes that alter what is learned
    (space.CHANGES_LEARNING: precision first) are undone one at a time and re-checked, and the
    start is the answer when none passes.
-4. **Final.** The start, each preset and the tuned configuration, interleaved, `min_runs` rounds:
-   the side-by-side the report shows.
+4. **Final.** The start, each preset and the tuned configuration with every probe of each, topped
+   up side by side to `min_runs` where one has fewer: the comparison the report shows.
 
-Every "faster beyond noise" is segperf.report.stats.compare_throughput, the report's rule, its
-noise pooled over all the tune measured. Why repeat only until distinguishable: a clear 1.5x needs
-two pairs, a no-op is given up after `max_runs`; why interleaved: a machine drifts (thermal, load)
-over minutes, and A B A B spreads the drift over both sides. Checking after every pair is a
-sequential test, so a no-op is kept more often than 2.5% (tests/test_tune_search.py measures it).
+Nothing is measured twice: configurations that compose the same run (the ledger's identity)
+share their probes, and a comparison decides on every probe of both runs so far; the candidate
+is measured one probe at a time and the best only while it has fewer than `min_runs`. Every
+"faster beyond noise" is segperf.tune.decision.compare: the ratio of geometric means with its
+interval, the noise pooled over every run the tune measured, so a clear difference is decided on
+one probe of the candidate; a comparison stops as soon as it is decided. Screening: a probe whose
+images/s after its first timed steps are below 1/`screen_factor` of the best's is stopped then
+(segperf.callbacks.screen_out) and judged slower. Checking after every probe is a sequential test, so a
+no-op is kept somewhat more often than 2.5% (tests/test_tune_search.py measures it on a
+simulated workload). Each decision records the probes it ran and their seconds (Step.probes_run,
+Step.seconds) and how many earlier probes it reused.
 
 Why by hand and not Optuna: the decision per candidate is a noise-aware A/B comparison against the
 current best, and "not applied" and "cut" are verdicts of their own; Optuna's samplers optimise a
@@ -48,15 +57,16 @@ journal's: a rerun continues the same budget.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from segperf.errors import SegperfError
-from segperf.report.stats import Comparison, compare_throughput
+from segperf.report.stats import Comparison
+from segperf.tune.decision import compare
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.ledger import Ledger
-from segperf.tune.probe import Config, Measure, Probe, comparisons_noise, config_of, rates
+from segperf.tune.probe import Config, Measure, Probe, config_of
 from segperf.tune.space import Axis, effective, merge, setting, undo_learning_changes, with_setting, without_settings
 
 KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
@@ -88,6 +98,10 @@ class Step:
     high: float | None = None
     verdict: str = SKIPPED
     note: str = ""
+    # what this decision cost: the probes run for it (not those it reused) and their wall seconds
+    probes_run: int = 0
+    seconds: float = 0.0
+    reused: int = 0  # probes of earlier steps it decided on as well (the same runs, measured once)
 
 
 @dataclass
@@ -142,6 +156,9 @@ class Tuner:
         quality_tolerance: float = QUALITY_TOLERANCE,
         limit_factor: float = 3.0,
         limit_floor_s: float = 60.0,
+        screen_factor: float | None = 2.0,
+        emulated: Mapping[str, str] | None = None,
+        identity: Callable[[Config], Hashable] | None = None,
     ) -> None:
         self.start, self.axes, self.quality = config_of(start), list(axes), quality
         self.presets = {name: merge(self.start, config) for name, config in presets.items()}
@@ -149,7 +166,11 @@ class Tuner:
         self.min_runs, self.max_runs = max(2, min_runs), max(2, min_runs, max_runs)
         self.measure, self.quality_tolerance, self._about = measure, quality_tolerance, (self.budget_s, level)
         self._ledger = dict(journal=journal, clock=clock, progress=progress, limit_factor=limit_factor)
-        self._ledger |= dict(limit_floor_s=limit_floor_s, budget_s=self.budget_s)
+        self._ledger |= dict(limit_floor_s=limit_floor_s, budget_s=self.budget_s, identity=identity)
+        # a probe below 1/screen_factor of the best's images/s after its first timed steps stops then
+        self.screen_factor = screen_factor if screen_factor and screen_factor > 1 else None
+        # override -> why this machine emulates it (segperf.tune.native): tried last, one probe
+        self.emulated = dict(emulated or {})
 
     # -- the stages -------------------------------------------------------------------------
     def run(self) -> TuneResult:
@@ -168,28 +189,34 @@ class Tuner:
         return TuneResult(self.start, best, self.steps, final, configs, self.check, self.stopped, elapsed, *self._about)
 
     def _presets(self) -> Config:
-        """Stage 1: the start and the presets, interleaved, until each preset is decided."""
+        """Stage 1: the start and the presets, interleaved, until each preset is decided; a preset
+        far slower than the start after its first timed steps is screened out then."""
         self.ledger.where = "presets"
-        steps = {n: Step("presets", n, c, c, self.start) for n, c in self.presets.items() if c != self.start}
+        steps = {
+            n: Step("presets", n, c, c, self.start)
+            for n, c in self.presets.items()
+            if not self.ledger.same(c, self.start)
+        }
         self.steps.extend(steps.values())
-        start_probes: list[Probe] = []
         open_ = list(steps)
         for round_ in range(self.max_runs):
             if not open_:
                 break
             configs = [steps[name].candidate for name in open_]
             if round_ == 0:
-                start_probes += self._first_probe()
+                first = self._first_probe() if not self.ledger.known(SPEED, self.start) else []
+                self._charge(steps[open_[0]], first)
                 probes = self._speed(configs, open_, self.start)
             elif not self._affords([self.start, *configs], self.start, reserve=round_ >= self.min_runs):
                 self.stopped = True
                 break
             else:
                 probes = self._speed([self.start, *configs], ["start", *open_], self.start)
-                start_probes.append(probes.pop(0))
+                self._charge(steps[open_[0]], [probes.pop(0)])
             for name, probe in zip(list(open_), probes, strict=True):
-                steps[name].candidate_probes.append(probe)
-                steps[name].against_probes = list(start_probes)
+                self._charge(steps[name], [probe])
+                steps[name].candidate_probes = self.ledger.known(SPEED, steps[name].candidate)
+                steps[name].against_probes = self.ledger.known(SPEED, self.start)
                 if self._judge(steps[name], runs=round_ + 1):
                     open_.remove(name)
         for name in open_:
@@ -220,25 +247,71 @@ class Tuner:
         return faster[0].candidate
 
     def _ascend(self, best: Config) -> Config:
-        """Stage 2: every option of every axis against the best; then the axes that changed, again."""
-        tried: set[frozenset[Config]] = set()  # pairs measured against each other
+        """Stage 2, breadth first so that a budget running out still leaves every axis visited:
+        each axis' first option the best does not have (the budget left shared among the axes not
+        visited yet), then every axis' other options, then the options this machine emulates (one
+        probe each, with a short time limit; first only for an axis that has no other), then the
+        axes that changed, again."""
+        tried: set[frozenset] = set()  # runs (identities) measured against each other
         kept_axes: list[Axis] = []
-        for stage, axes in (("axes", self.axes), ("interactions", kept_axes)):
-            for axis in list(axes):
-                for option in axis.options:
-                    # the start's own option is no override: one spelling per configuration
-                    start_own = set(option) == set(effective(self.start, axis, self.start))
-                    candidate = with_setting(best, axis, setting(self.start, axis) if start_own else option)
-                    if candidate == best or frozenset((candidate, best)) in tried:
-                        continue  # the best has it already, or the two were measured against each other
-                    tried.add(frozenset((candidate, best)))
-                    self.ledger.where = f"step {len(self.steps) + 1}, {stage} {axis.name}"
-                    step = self._compare(stage, axis.name, option, candidate, best)
-                    self.steps.append(step)
+        native = [(a, [o for o in a.options if not self._is_emulated(o)]) for a in self.axes]
+        slow = [(a, [o for o in a.options if self._is_emulated(o)]) for a in self.axes]
+        first = [(a, n + s) for (a, n), (_, s) in zip(native, slow, strict=True)]  # emulated last in its axis
+        passes = [("axes", first, True), ("axes", native, False), ("axes", slow, False)]
+        visited: set[str] = set()
+        for stage, plan, first_only in [*passes, ("interactions", None, False)]:
+            if plan is None:  # the axes where something was kept, against the final best
+                plan = [(a, [o for o in a.options if not self._is_emulated(o)]) for a in kept_axes]
+            for axis, options in plan:
+                if first_only and axis.name in visited:
+                    continue
+                share = self._share(best, [a for a, o in plan if o and a.name not in visited]) if first_only else None
+                for option in options:
+                    step = self._try(stage, axis, option, best, tried, share)
+                    if step is None:
+                        continue
+                    visited.add(axis.name)
                     if step.verdict == KEPT:
-                        best = candidate
+                        best = step.candidate
                         kept_axes += [axis] if stage == "axes" and axis not in kept_axes else []
+                    if first_only:
+                        break
         return best
+
+    def _share(self, best: Config, unvisited: list[Axis]) -> int:
+        """The candidate probes one axis' first comparison may take so that what is left of the
+        budget (less the reserve) still reaches every axis not visited yet: at least 1."""
+        per_probe = self.ledger.estimate(SPEED, best, best)
+        spendable = self.ledger.left() - self._reserve(best)
+        if per_probe <= 0 or not unvisited:
+            return self.max_runs
+        return max(1, min(self.max_runs, int(spendable / (len(unvisited) * per_probe))))
+
+    def _try(
+        self, stage: str, axis: Axis, option: Config, best: Config, tried: set[frozenset], share: int | None = None
+    ) -> Step | None:
+        """One option of an axis against the best, at most `share` candidate probes, unless the best
+        has it already or the two runs were measured against each other before (None then)."""
+        # the start's own option is no override: one spelling per configuration
+        start_own = set(option) == set(effective(self.start, axis, self.start))
+        candidate = with_setting(best, axis, setting(self.start, axis) if start_own else option)
+        pair = frozenset((self.ledger.identity(candidate), self.ledger.identity(best)))
+        if self.ledger.same(candidate, best) or pair in tried:
+            return None
+        tried.add(pair)
+        self.ledger.where = f"step {len(self.steps) + 1}, {stage} {axis.name}"
+        brief = self._is_emulated(option)
+        # an emulated option: one probe, stopped at the best's own probe time (screening may not
+        # come soon enough: its warm-up steps alone run at a tenth of the speed)
+        limit = self.ledger.estimate(SPEED, best, best) if brief else None
+        step = self._compare(stage, axis, option, candidate, best, max_runs=1 if brief else share, limit=limit)
+        if brief and step.verdict != SKIPPED:
+            step.note = "; ".join(filter(None, [f"tried last and once: {self.emulated[option[0]]}", step.note]))
+        self.steps.append(step)
+        return step
+
+    def _is_emulated(self, option: Config) -> bool:
+        return any(o in self.emulated for o in option)
 
     def _guard(self, best: Config) -> Config:
         """Stage 3: the tuned configuration's learning run against the start's; fall back on a loss."""
@@ -257,7 +330,7 @@ class Tuner:
         for candidate in undo_learning_changes(best, self.axes, self.start):
             if candidate == self.start:
                 break
-            final = self.ledger.cost(SPEED, [self.start, *self.presets.values(), candidate] * self.min_runs, best)
+            final = self.ledger.cost(SPEED, self._final_plan(candidate), best)
             if self.ledger.estimate(QUALITY, candidate, self.start) + final > self.ledger.left():
                 self.stopped = True
                 notes.append(f"no budget left for the learning run of {' '.join(candidate)}")
@@ -283,48 +356,106 @@ class Tuner:
         return self.start
 
     def _final(self, best: Config) -> tuple[dict[str, list[Probe]], dict[str, Config]]:
-        """Stage 4: start, presets and tuned side by side, interleaved, `min_runs` rounds."""
+        """Stage 4: the start, the presets and the tuned configuration with every probe of each so
+        far, topped up side by side (interleaved) to `min_runs` where one has fewer."""
         self.ledger.where = "final"
         configs = {"start": self.start, **self.presets, "tuned": best}
-        unique = list(dict.fromkeys(configs.values()))
-        names = [next(n for n, c in configs.items() if c == config) for config in unique]
-        probes: dict[Config, list[Probe]] = {config: [] for config in unique}
-        for _ in range(self.min_runs):
-            if self.ledger.cost(SPEED, unique, best) > self.ledger.left():
+        while plan := self._final_plan(best):
+            if self.ledger.cost(SPEED, plan, best) > self.ledger.left():
                 self.stopped = True
                 break
-            for config, probe in zip(unique, self._speed(unique, names, best), strict=True):
-                probes[config].append(probe)
-        return {name: probes[config] for name, config in configs.items()}, configs
+            self._speed(plan, [next(n for n, c in configs.items() if c == config) for config in plan], best)
+        return {name: self.ledger.known(SPEED, config) for name, config in configs.items()}, configs
+
+    def _final_plan(self, best: Config) -> list[Config]:
+        """One interleaved round of the final stage's runs that have fewer than `min_runs` usable probes."""
+        unique: list[Config] = []
+        for config in [self.start, *self.presets.values(), best]:
+            if not any(self.ledger.same(config, other) for other in unique):
+                unique.append(config)
+        return [c for c in unique if len(_usable(self.ledger.known(SPEED, c))) < self.min_runs]
 
     # -- one comparison ---------------------------------------------------------------------
-    def _compare(self, stage: str, axis: str, option: Config, candidate: Config, best: Config) -> Step:
-        """`candidate` against `best`, A B A B, until distinguishable or `max_runs` pairs."""
-        step = Step(stage, axis, option, candidate, best)
-        for round_ in range(self.max_runs):
-            if not self._affords([best, candidate] * (self.min_runs if round_ == 0 else 1), best):
+    def _compare(
+        self,
+        stage: str,
+        axis: Axis,
+        option: Config,
+        candidate: Config,
+        best: Config,
+        max_runs: int | None = None,
+        limit: float | None = None,
+    ) -> Step:
+        """`candidate` against `best` until decided, on every probe of either run so far: the
+        candidate is measured one probe at a time (screened against the best's images/s; `limit`:
+        its time limit, else the ledger's), up to `max_runs`; the best only while it has fewer than
+        `min_runs` usable probes (then interleaved, B A)."""
+        step = Step(stage, axis.name, option, candidate, best)
+        if known := self._known_not_applied(axis, option):
+            step.verdict, step.note = NOT_APPLIED, f"{'; '.join(known)} (known from an earlier probe: not measured)"
+            return step
+        step.candidate_probes = self.ledger.known(SPEED, candidate)
+        step.against_probes = self.ledger.known(SPEED, best)
+        step.reused = len(step.candidate_probes) + len(step.against_probes)
+        most = max_runs or self.max_runs
+        if step.candidate_probes and self._judge(step, runs=len(step.candidate_probes)):
+            return step  # decided on what earlier steps measured
+        while len(step.candidate_probes) < most:
+            need_best = len(_usable(step.against_probes)) < self.min_runs
+            configs = [best, candidate] if need_best else [candidate]
+            if not self._affords(configs * (1 if step.candidate_probes else self._first_round(best)), best):
                 self.stopped = True
-                if round_ == 0:
+                if step.probes_run == 0:
+                    step.candidate_probes, step.against_probes = [], []  # nothing was decided on them
                     return step  # skipped: budget
                 step.note = "stopped by the budget before it was decided"
                 break
-            if self.ledger.measured(SPEED):
-                against, probe = self._speed([best, candidate], ["best", " ".join(option)], best)
-            else:  # the tune's first probe
-                [against], [probe] = self._first_probe(), self._speed([candidate], [" ".join(option)], best)
-            step.against_probes.append(against)
-            step.candidate_probes.append(probe)
-            if self._judge(step, runs=round_ + 1):
+            if not self.ledger.measured(SPEED):  # the tune's first probe: alone, it sets the time limit
+                self._charge(step, self._first_probe())
+                configs = [candidate]
+            probes = self._speed(configs, ["best", " ".join(option)][-len(configs) :], best, limit)
+            self._charge(step, probes)
+            step.candidate_probes = self.ledger.known(SPEED, candidate)
+            step.against_probes = self.ledger.known(SPEED, best)
+            if self._judge(step, runs=len(step.candidate_probes)):
                 return step
         self._judge(step, runs=self.max_runs)
         return step
 
+    def _first_round(self, best: Config) -> int:
+        """How many probes of the candidate a comparison may need before it can be decided: one
+        where the noise is known from the tune's other runs, else `min_runs`."""
+        groups = [g for g in self._rate_groups() if len(g) >= 2]
+        return 1 if sum(len(g) - 1 for g in groups) >= 3 else self.min_runs
+
+    def _known_not_applied(self, axis: Axis, option: Config) -> list[str]:
+        """The `key: reason` entries an earlier probe with this option gave for this axis' keys:
+        a setting the machine did not honour then will not be honoured now."""
+        entries = [
+            entry
+            for probes in self.ledger.groups(SPEED)
+            for probe in probes
+            if set(option) <= set(probe.config)
+            for entry in probe.not_applied
+            if entry.split(":", 1)[0].strip() in axis.keys
+        ]
+        return list(dict.fromkeys(entries))
+
     def _judge(self, step: Step, *, runs: int) -> bool:
         """Set the step's ratio and verdict from its probes; True when it is decided (no more runs)."""
-        versus = self._comparison(step.candidate_probes, step.against_probes, step)
+        versus = self._comparison(step.candidate_probes, step.against_probes)
         step.ratio, step.low, step.high = versus.ratio, versus.low, versus.high
         last = step.candidate_probes[-1]
-        if last.cut and len(step.candidate_probes) == 1 and runs < self.max_runs:
+        if last.screened:
+            best = _median_rate(step.against_probes)
+            step.ratio = (last.images_per_s / best) if last.images_per_s and best else step.ratio
+            step.verdict = SLOWER
+            step.note = (
+                f"screened out after its first timed steps: {last.images_per_s or 0:.3g} images/s, under "
+                f"1/{self.screen_factor:g} of the best's {best or 0:.3g}"
+            )
+            return True
+        if last.cut and runs == 1 and runs < self.max_runs:
             # its first run: a cut may be a one-time cost (torch.compile's cold cache takes minutes
             # on 2 cores, a warm one seconds), so it runs once more before it is judged
             step.verdict, step.note = SAME, f"cut at the time limit after {last.wall_s:.0f} s on its first run"
@@ -336,19 +467,25 @@ class Tuner:
         if last.failed is not None or last.images_per_s is None:
             step.verdict, step.note = FAILED, last.failed or "no images/s recorded"
             return True
-        if last.not_applied and step.stage != "presets":  # a preset's are taken out of it when adopted
+        # a preset's are taken out of it when adopted; a probe of the preset reused for the preset
+        # without them (it ran so) is not a verdict on the candidate
+        if last.not_applied and step.stage != "presets" and last.config == step.candidate:
             step.verdict, step.note = NOT_APPLIED, "; ".join(last.not_applied)
             return True
-        if versus.distinguishable and runs >= self.min_runs:
+        if versus.distinguishable:
             step.verdict = KEPT if (versus.ratio or 0) > 1 else SLOWER
             return True
         step.verdict = SAME
         return runs >= self.max_runs
 
-    def _comparison(self, candidate: list[Probe], against: list[Probe], current: Step | None = None) -> Comparison:
-        """The one rule, its noise pooled over every comparison so far (`current`: not in self.steps yet)."""
-        steps = [s for s in [*self.steps, current] if s is not None]
-        return compare_throughput(rates(candidate), rates(against), comparisons_noise(steps), self.level)
+    def _comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
+        """The tune's one decision rule (segperf.tune.decision), on the sides' images/s, with the
+        run-to-run noise of every run measured so far."""
+        return compare(_rates(candidate), _rates(against), self.level, self._rate_groups())
+
+    def _rate_groups(self) -> list[list[float]]:
+        """Each run's usable images/s (screened and cut probes are of a few steps: not noise)."""
+        return [_rates(_usable(probes)) for probes in self.ledger.groups(SPEED)]
 
     def _quality_loss(self, probe: Probe, start: Probe) -> str | None:
         """Why `probe`'s quality fails the guard against the start's, or None when it passes."""
@@ -373,20 +510,52 @@ class Tuner:
             )
         return probes
 
-    def _speed(self, configs: list[Config], labels: list[str], reference: Config) -> list[Probe]:
-        return self.ledger.probe(SPEED, configs, labels, self.ledger.limit(SPEED, reference))
+    def _speed(
+        self, configs: list[Config], labels: list[str], reference: Config, limit: float | None = None
+    ) -> list[Probe]:
+        limit = limit or self.ledger.limit(SPEED, reference)
+        return self.ledger.probe(SPEED, configs, labels, limit, self._floor(reference))
+
+    def _floor(self, reference: Config) -> float | None:
+        """The screening floor: 1/screen_factor of the reference's median images/s (None before it
+        has a usable probe, or with screening off)."""
+        rate = _median_rate(_usable(self.ledger.known(SPEED, reference)))
+        return rate / self.screen_factor if rate and self.screen_factor else None
+
+    def _charge(self, step: Step, probes: list[Probe]) -> None:
+        step.probes_run += len(probes)
+        step.seconds += sum(p.wall_s for p in probes)
 
     def _affords(self, configs: list[Config], best: Config, reserve: bool = True) -> bool:
         """Whether the budget left pays for probes of `configs` and still for the reserve: the final
-        stage's rounds (start, presets, this best) and the tuned configuration's learning run.
+        stage's top-up (start, presets, this best) and the tuned configuration's learning run.
         `reserve=False`: the presets' first `min_runs` rounds, which decide what the tuned result is
         held to, come before the reserve (the final stage then runs what is left of it)."""
         if not reserve:
             return self.ledger.cost(SPEED, configs, best) <= self.ledger.left()
-        reserve = self.ledger.cost(SPEED, [self.start, *self.presets.values(), best] * self.min_runs, best)
+        return self.ledger.cost(SPEED, configs, best) + self._reserve(best) <= self.ledger.left()
+
+    def _reserve(self, best: Config) -> float:
+        reserve = self.ledger.cost(SPEED, self._final_plan(best), best)
         if self.quality is not None:
             reserve += self.ledger.estimate(QUALITY, best, self.start)
-        return self.ledger.cost(SPEED, configs, best) + reserve <= self.ledger.left()
+        return reserve
+
+
+def _usable(probes: list[Probe]) -> list[Probe]:
+    """Probes with a full run's images/s: not failed, not screened, not cut."""
+    return [p for p in probes if p.images_per_s is not None and not p.screened and not p.cut and p.failed is None]
+
+
+def _rates(probes: list[Probe]) -> list[float]:
+    return [p.images_per_s for p in probes if p.images_per_s is not None]
+
+
+def _median_rate(probes: list[Probe]) -> float | None:
+    import statistics
+
+    rates = [r for r in _rates(probes) if r > 0]
+    return statistics.median(rates) if rates else None
 
 
 def _not_applied(probes: list[Probe]) -> list[str]:

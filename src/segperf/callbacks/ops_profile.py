@@ -3,8 +3,8 @@
 Produces the seed study's "Torch operations over N steps" table (top operators by self
 device time on a GPU, self CPU time otherwise) and a trace that TensorBoard's profiler plugin
 (torch-tb-profiler) and chrome://tracing / Perfetto open. Lightning's PyTorchProfiler would do
-the recording, but a Trainer has one profiler slot and segperf's phase accounting holds it;
-this callback drives torch.profiler directly for just the chosen steps. Those steps' timings
+the recording, but a Trainer has one profiler slot and it is the user's (PerfMonitor only taps
+it); this callback drives torch.profiler directly for just the chosen steps. Those steps' timings
 include the profiler's own overhead, which the summary says.
 """
 

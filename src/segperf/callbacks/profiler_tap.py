@@ -1,0 +1,97 @@
+"""When each profiled action ran, whatever profiler the Trainer has.
+
+Lightning's loops announce every phase of a run to `trainer.profiler` (`train_dataloader_next`,
+`batch_to_device`, `run_training_batch`, `save_checkpoint`, callback hooks), and read that
+attribute at every call. `PhaseTap` stands in for the trainer's profiler during `fit`: it passes
+every call on to the one the user chose (SimpleProfiler, AdvancedProfiler, PyTorchProfiler, or
+Lightning's do-nothing default) and keeps the (start, end) of the actions segperf turns into
+phases. So PerfMonitor needs no profiler of its own and takes none away from the user: the one
+profiler slot a Trainer has stays theirs, with its report written as before.
+
+Logger calls are not profiled by Lightning; `time_loggers` wraps each logger's `log_metrics` for
+the fit, so that writing metrics shows up as the `logging` phase with any logger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from lightning.pytorch.profilers import Profiler
+
+from segperf.perf.phases import Interval, phase_of_action
+
+LOG_ACTION = "segperf.log_metrics"
+
+
+class PhaseTap(Profiler):
+    def __init__(self, inner: Profiler) -> None:
+        super().__init__()
+        self.inner = inner
+        self.intervals: dict[str, list[Interval]] = defaultdict(list)
+        self._open: dict[str, float] = {}
+        self._is_phase: dict[str, bool] = {}  # action -> phase_of_action is not None, looked up once
+
+    @classmethod
+    def install(cls, trainer) -> PhaseTap:
+        tap = cls(trainer.profiler)
+        trainer.profiler = tap
+        return tap
+
+    def uninstall(self, trainer) -> None:
+        if trainer.profiler is self:
+            trainer.profiler = self.inner
+
+    def start(self, action_name: str) -> None:
+        timed = self._is_phase.get(action_name)
+        if timed is None:
+            timed = self._is_phase[action_name] = phase_of_action(action_name) is not None
+        if timed:
+            self._open[action_name] = time.perf_counter()
+        self.inner.start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        self.inner.stop(action_name)
+        start = self._open.pop(action_name, None)
+        if start is not None:
+            self.intervals[action_name].append((start, time.perf_counter()))
+
+    # the rest of a profiler's life is the user's profiler's
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        self.inner.setup(*args, **kwargs)
+
+    def teardown(self, stage: str | None) -> None:
+        self.inner.teardown(stage)
+
+    def describe(self) -> None:
+        self.inner.describe()
+
+    def summary(self) -> str:
+        return self.inner.summary()
+
+    def __del__(self) -> None:  # the inner profiler tears itself down
+        pass
+
+
+def time_loggers(trainer, tap: PhaseTap) -> list:
+    """Time every logger's log_metrics as the LOG_ACTION; returns the loggers to `untime_loggers`."""
+    timed = []
+    for logger in trainer.loggers:
+        original = logger.log_metrics
+
+        def log_metrics(*args: Any, _original=original, **kwargs: Any) -> None:
+            tap.start(LOG_ACTION)
+            try:
+                _original(*args, **kwargs)
+            finally:
+                tap.stop(LOG_ACTION)
+
+        logger.log_metrics = log_metrics  # on the instance: the logger's class is left alone
+        timed.append(logger)
+    return timed
+
+
+def untime_loggers(loggers: list) -> None:
+    for logger in loggers:
+        logger.__dict__.pop("log_metrics", None)

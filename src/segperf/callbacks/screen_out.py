@@ -1,0 +1,72 @@
+"""Screening: a tuner's probe that is already far slower than the best after its first timed steps
+stops there, instead of running its full size or until its time limit.
+
+The tuner adds this callback to a probe's job (`+callbacks.tune_screen=...`, segperf.tune.runner)
+with a floor of images/s (a fraction of the best's; tune.probe.screen_factor). After warm-up
+(`warmup_steps`, the steps segperf leaves out of images/s: compilation, caches) it reads the
+running images/s of the timed steps and, from `timed_steps` of them on, stops the fit when that
+rate is below the floor. The run then ends like a finished one, its images/s of the steps it did,
+and results.json says why it stopped (`tune_screen`), so the tuner records the probe as
+"screened out" with its measured rate rather than as cut at a time limit.
+
+Why not Lightning's EarlyStopping: it watches a logged metric at validation, and a probe validates
+once, at its end; the rate has to be read from the training steps themselves. The clock is the
+host's after each step: no synchronization is added (on a GPU the host runs ahead by a step or
+two, which shifts a rate over several steps by a little, not by the factor screening looks for).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+
+SECTION = "tune_screen"  # results.json's key for what the screen saw
+
+
+class ScreenOut(L.Callback):
+    """Stops the fit when the images/s of the steps after warm-up fall below `floor_images_per_s`
+    (checked from the `timed_steps`-th timed step on)."""
+
+    def __init__(self, floor_images_per_s: float, timed_steps: int = 2, warmup_steps: int = 2) -> None:
+        if floor_images_per_s <= 0 or timed_steps < 1 or warmup_steps < 0:
+            raise ValueError(
+                f"ScreenOut(floor_images_per_s={floor_images_per_s}, timed_steps={timed_steps}, "
+                f"warmup_steps={warmup_steps}): the floor must be > 0, timed_steps >= 1, warmup_steps >= 0"
+            )
+        self.floor, self.timed_steps, self.warmup_steps = float(floor_images_per_s), timed_steps, warmup_steps
+        self.steps = self.timed_images = 0
+        self.timed_from: float | None = None
+        self.rate: float | None = None
+        self.screened_out = False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.warmup_steps == 0:
+            self.timed_from = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self.steps += 1
+        if self.steps == self.warmup_steps:
+            self.timed_from = time.perf_counter()
+            return
+        if self.timed_from is None or self.steps < self.warmup_steps:
+            return
+        self.timed_images += len(batch[0])
+        timed = self.steps - self.warmup_steps
+        seconds = time.perf_counter() - self.timed_from
+        if timed < self.timed_steps or seconds <= 0:
+            return
+        self.rate = self.timed_images / seconds
+        if self.rate < self.floor and not self.screened_out:
+            self.screened_out = True
+            trainer.should_stop = True  # Lightning ends the epoch loop after this step
+
+    def record(self, results: dict[str, Any]) -> None:
+        """results.json `tune_screen`: the floor, the rate it last read, and whether it stopped the run."""
+        results[SECTION] = {
+            "floor_images_per_s": self.floor,
+            "timed_steps": self.steps - self.warmup_steps if self.steps > self.warmup_steps else 0,
+            "images_per_s": self.rate,
+            "screened_out": self.screened_out,
+        }
