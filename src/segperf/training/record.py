@@ -89,6 +89,12 @@ class RunRecord:
         """Time a part of the run the Trainer does not see (PerfMonitor's `span`; nothing without one)."""
         return self.monitor.span(phase) if self.monitor is not None else nullcontext()
 
+    def fit_called(self) -> None:
+        """Trainer.fit is about to be called: PerfMonitor's set-up phase starts here, not at the
+        fit's first hook, which comes after the strategy's and the data's preparation."""
+        if self.monitor is not None:
+            self.monitor.clock.mark("fit_called")
+
     def notice(self, text: str) -> None:
         """Said once, when it happens, and kept in results.json (and summary.txt's notes)."""
         print(f"segperf: note: {text}")

@@ -56,16 +56,18 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         if notice := precision_notice(cfg.trainer.precision, cfg.trainer.accelerator):
             record.notice(notice)
 
-        trainer = record.trainer = build_trainer(
-            cfg.trainer,
-            callbacks=callbacks,
-            logger=TensorBoardLogger(save_dir=run_dir, name="", version="", default_hp_metric=False),
-            # Lightning's own per-action report (fit-lightning-profile.txt); PerfMonitor taps it
-            profiler=SimpleProfiler(dirpath=run_dir, filename="lightning-profile") if cfg.perf.measure else None,
-            default_root_dir=run_dir,
-            plugins=[AtomicCheckpointIO()],
-            **workload.trainer_options,
-        )
+        with record.span("setup"):  # the Trainer's construction is set-up too, as its fit's own is
+            trainer = record.trainer = build_trainer(
+                cfg.trainer,
+                callbacks=callbacks,
+                logger=TensorBoardLogger(save_dir=run_dir, name="", version="", default_hp_metric=False),
+                # Lightning's own per-action report (fit-lightning-profile.txt); PerfMonitor taps it
+                profiler=SimpleProfiler(dirpath=run_dir, filename="lightning-profile") if cfg.perf.measure else None,
+                default_root_dir=run_dir,
+                plugins=[AtomicCheckpointIO()],
+                **workload.trainer_options,
+            )
+        record.fit_called()  # Trainer.fit's work before its first hook (strategy, prepare_data) is set-up
         with per_job_rank_commands():  # trainer=ddp: the other ranks run this job, in this folder
             trainer.fit(module, datamodule=datamodule, ckpt_path=record.ckpt_path and str(record.ckpt_path))
         if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
