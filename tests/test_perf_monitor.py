@@ -89,7 +89,8 @@ def test_a_users_trainer_gets_results_and_the_summary(dict_run, capsys):
     assert results["resources"]["cpu_mean_percent"] is not None
     assert results["throughput"]["train_flops_per_image"] > results["throughput"]["val_flops_per_image"] > 0
     assert results["quality"].keys() == {"val_loss", "val_acc"}  # whatever the module logged in validation
-    assert results["verdict"]["kind"] in {"compute-bound", "overhead-bound", "data-bound"}
+    # a run of 16 tiny steps can be mostly its warm-up: that is a verdict too
+    assert results["verdict"]["kind"] in {"compute-bound", "overhead-bound", "data-bound", "warm-up-bound"}
     text = (folder / "summary.txt").read_text()
     for heading in ("Per-phase statistics", "Jitter", "Throughput", "Verdict", "Train samples/s"):
         assert heading in text
