@@ -99,5 +99,5 @@ def test_the_peak_is_the_best_of_matmul_and_convolutions_and_names_both(monkeypa
     )
     reading = kernel_peak(torch.device("cpu"), torch.bfloat16)
     assert reading.flops_per_s == 3e10 and reading.kernel == "conv2d"
-    assert reading.method == "conv fake (best of: matmul 10.0 GFLOP/s; conv2d 20.0 GFLOP/s)"
+    assert reading.method == "conv fake (best of: matmul 10.0 GFLOP/s; conv2d channels_last 20.0 GFLOP/s)"
     assert reading.other_cores_busy == 0.3  # the busiest kernel's machine decides whether it is cached
