@@ -149,9 +149,8 @@ def kernel_peak(device: torch.device, dtype: torch.dtype, seconds: float = PROBE
     best = max(readings, key=lambda r: r.flops_per_s)
     others = [r.other_cores_busy for r in readings if r.other_cores_busy is not None]
     labels = ["matmul"] + [f"conv2d {str(fmt).removeprefix('torch.')}" for fmt in CONV_FORMATS]
-    beaten = "; ".join(
-        f"{label} {r.flops_per_s / 1e9:,.1f} GFLOP/s" for label, r in zip(labels, readings, strict=True) if r is not best
-    )
+    rates = zip(labels, readings, strict=True)
+    beaten = "; ".join(f"{label} {r.flops_per_s / 1e9:,.1f} GFLOP/s" for label, r in rates if r is not best)
     return PeakReading(best.flops_per_s, f"{best.method} (best of: {beaten})", max(others, default=None), best.kernel)
 
 
