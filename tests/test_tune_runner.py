@@ -532,3 +532,15 @@ def test_the_report_says_what_each_decision_cost():
     steps = text.split("## Steps")[1]
     assert "probes, s" in steps and "3, 41 s +2 reused" in steps
     assert "Cost: " in steps and "decisions" in steps
+
+
+def test_the_steps_chart_draws_a_ratio_that_lies_outside_its_interval(tmp_path):
+    # an old tune record (or any rounding) can hold a ratio outside [low, high]: the chart is still drawn
+    from segperf.tune.report import charts
+
+    steps = [
+        {"axis": "workers", "option": ["workers=auto"], "ratio": 2.5, "low": 1.1, "high": 2.0, "verdict": "kept"},
+        {"axis": "compile", "option": ["compile=on"], "ratio": 0.3, "low": None, "high": None, "verdict": "slower"},
+    ]
+    written = charts({"result": {"start": [], "steps": steps}}, tmp_path)
+    assert written == [tmp_path / "steps.png"] and written[0].stat().st_size > 0

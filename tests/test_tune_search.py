@@ -453,6 +453,7 @@ def test_screening_stops_a_far_slower_probe_after_its_first_timed_steps_and_judg
     assert probe.screened and not probe.cut and step.verdict == SLOWER
     assert probe.wall_s < STARTUP_S + IMAGES / workload.speed(("precision=bf16",)) / 2  # far less than a full probe
     assert "screened out after its first timed steps" in step.note and "under 1/2 of the best's" in step.note
+    assert step.low is None and step.high is None  # decided by screening: no interval drawn around its ratio
     unscreened = tune(Workload({"precision=bf16": 0.1}), presets={}, screen_factor=None)
     assert not any(p.screened for s in steps_of(unscreened, "precision=bf16") for p in s.candidate_probes)
 

@@ -245,7 +245,8 @@ def charts(data: Mapping[str, Any], out: Path) -> list[Path]:
             ax.errorbar(
                 s["ratio"],
                 i,
-                xerr=[[s["ratio"] - low], [high - s["ratio"]]],
+                # an interval need not hold the ratio (a screened probe's has none): never a negative bar
+                xerr=[[max(0.0, s["ratio"] - low)], [max(0.0, high - s["ratio"])]],
                 fmt="o",
                 color=VERDICT_COLORS.get(s.get("verdict"), "#ff7f0e"),
                 capsize=3,

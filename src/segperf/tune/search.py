@@ -449,6 +449,7 @@ class Tuner:
         if last.screened:
             best = _median_rate(step.against_probes)
             step.ratio = (last.images_per_s / best) if last.images_per_s and best else step.ratio
+            step.low = step.high = None  # decided by screening, not by an interval around this ratio
             step.verdict = SLOWER
             step.note = (
                 f"screened out after its first timed steps: {last.images_per_s or 0:.3g} images/s, under "
