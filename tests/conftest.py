@@ -3,9 +3,11 @@ composed with Hydra's compose API and shrunk for the CPU."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,38 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+# set by the test process that made the test run's cache folders (the xdist controller, or a plain pytest)
+TEST_CACHE_ROOT = "SEGPERF_TEST_CACHE_ROOT"
+
+
+def give_each_test_process_its_own_cache() -> Path | None:
+    """Point SEGPERF_CACHE at a folder of this test process's own, in a temporary folder of the test
+    run, removed when the run ends; returns that temporary folder (None: the user set SEGPERF_CACHE).
+
+    Why: segperf routes torch.compile's cache (TORCHINDUCTOR_CACHE_DIR) and Triton's into
+    $SEGPERF_CACHE (segperf.config.route_tool_caches). pytest-xdist workers compiling at once into one
+    shared torchinductor folder once left it corrupt, and every later `+opt=all` run, tests and the
+    user's own, crashed (-11, -6). Each worker gets its own folder, and the user's ~/.cache/segperf is
+    neither written nor read by tests. Must run before segperf is imported: its import routes the tool
+    caches. xdist starts the workers from the controller, which has already imported segperf, so a
+    worker finds the controller's folders in its environment and replaces them with its own.
+    A SEGPERF_CACHE the user set is kept (theirs to share between workers or not)."""
+    root = os.environ.get(TEST_CACHE_ROOT)
+    if root is None:
+        if "SEGPERF_CACHE" in os.environ:
+            return None
+        root = tempfile.mkdtemp(prefix="segperf-test-cache-")
+        os.environ[TEST_CACHE_ROOT] = root
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+    for variable, value in list(os.environ.items()):  # the controller's tool caches, inherited: routed anew
+        if value.startswith(root + os.sep) and variable != "SEGPERF_CACHE":
+            del os.environ[variable]
+    os.environ["SEGPERF_CACHE"] = os.path.join(root, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    return Path(root)
+
+
+TEST_CACHE = give_each_test_process_its_own_cache()
 
 from segperf.config import CONFIG_DIR, available_cores  # noqa: E402
 from segperf.data.carvana.synthetic import generate  # noqa: E402

@@ -86,6 +86,42 @@ def test_a_link_to_a_missing_heading_is_found():
     assert "settings-this-machine-can-honour" not in anchors
 
 
+# A page cited in a comment or docstring of src/ or conf/, with the section quoted after it if any:
+# `docs/tuning.md, "How it searches"`, `README, "Run size"`, `the README's "Run size"`
+CITATION = re.compile(r"(README|docs/[\w/.-]+\.md)(?:,\s*|'s\s+)?(?:\"([^\"\n]+)\")?")
+
+
+def code_citations() -> list[tuple[str, str, str | None]]:
+    """(file, page, section or None) for every page cited in src/ and conf/."""
+    files = sorted((REPO / "src").rglob("*.py")) + sorted((REPO / "conf").rglob("*.yaml"))
+    return [
+        (str(file.relative_to(REPO)), page, section)
+        for file in files
+        for page, section in CITATION.findall(file.read_text())
+    ]
+
+
+def test_the_pages_and_sections_cited_in_the_code_exist():
+    """The README was cut to a front page and its sections moved to docs/: a comment that sends
+    the reader to a page or a section that is not there any more is a broken link too."""
+    citations = code_citations()
+    assert any(page.startswith("docs/") and section for _, page, section in citations)  # the pattern finds them
+    broken = []
+    for file, page, section in citations:
+        target = README if page == "README" else REPO / page
+        if not target.is_file():
+            broken.append(f"{file}: {page}: no such file")
+        elif section and not any(h.lower().startswith(section.lower()) for h in headings(target)):
+            broken.append(f'{file}: {page}, "{section}": no heading begins so')  # cited by its first words
+    assert broken == []
+
+
+def headings(page: Path) -> list[str]:
+    """The headings of a Markdown page, as written (code spans unquoted), fenced code left out."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    return [h.replace("`", "") for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)]
+
+
 def test_the_readme_fits_a_screen_and_points_to_every_page():
     lines = README.read_text().splitlines()
     assert len(lines) <= 300

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,23 @@ def test_compiler_and_plotting_caches_go_to_the_segperf_cache_folder(tmp_path):
         str(tmp_path / "matplotlib"),
         str(tmp_path / "triton"),
     ]
+
+
+def test_a_test_process_caches_in_a_folder_of_its_own_not_the_users():
+    """Concurrent compiles into one torchinductor folder once corrupted it (see tests/conftest.py):
+    each test process, each xdist worker, compiles into its own, and never into ~/.cache/segperf."""
+    from torch._inductor.runtime.runtime_utils import cache_dir
+
+    from segperf.config import segperf_cache_dir
+    from tests.conftest import TEST_CACHE
+
+    if TEST_CACHE is None:
+        pytest.skip("SEGPERF_CACHE is set in the environment: the test run uses the folder it names")
+    cache = segperf_cache_dir()
+    assert cache != Path("~/.cache/segperf").expanduser()
+    assert cache == TEST_CACHE / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    assert Path(cache_dir()) == cache / "torchinductor"  # not the xdist controller's, which the worker inherited
+    assert Path(os.environ["TRITON_CACHE_DIR"]) == cache / "triton"
 
 
 def files_under(folder):

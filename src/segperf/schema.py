@@ -361,9 +361,9 @@ class TrainSchema:
     num_threads: int | None = MISSING
     # sweep axis for repeated measurements (`-m repeat=0,1,2`); the report groups repeats
     repeat: int | None = MISSING
-    # a run folder to continue from its last checkpoint (see README, "Interrupting and resuming")
+    # a run folder to continue from its last checkpoint (see docs/troubleshooting.md, "Interrupting and resuming")
     resume: str | None = MISSING
-    # the tuner's settings: only conf/tune.yaml has them (python -m segperf.tune; README, "Tuning")
+    # the tuner's settings: only conf/tune.yaml has them (python -m segperf.tune; docs/tuning.md)
     tune: TuneSchema | None = None
 
 

@@ -1,6 +1,6 @@
 """Settings that cannot work on this machine: adapt with a recorded notice, or stop.
 
-The choice per setting (README, "Settings this machine cannot honour"):
+The choice per setting (docs/troubleshooting.md, "Settings this machine cannot honour"):
 
 - `pin=on` without a CUDA device: adapt. Pinned host memory only speeds up copies to a GPU;
   on a CPU run it would cost page-locking for nothing (torch warns and ignores it anyway), so

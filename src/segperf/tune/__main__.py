@@ -1,5 +1,5 @@
 """`python -m segperf.tune [overrides]`: the fastest training configuration for this machine
-(segperf.tune.cli; README, "Tuning")."""
+(segperf.tune.cli; docs/tuning.md)."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def sweep_problems(arguments: list[str]) -> list[str]:
 
 
 def tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) -> Any:
-    """The tune (README, "Tuning"), from the sweeper: one error line per problem, exit 2."""
+    """The tune (docs/tuning.md), from the sweeper: one error line per problem, exit 2."""
     try:
         return _tune(config, loader, launcher, list(arguments))
     except SegperfError as error:

@@ -1,6 +1,6 @@
 """The tuner's search: which configuration is fastest on this machine, decided on measured probes.
 
-Strategy (README, "Tuning"):
+Strategy (docs/tuning.md, "How it searches"):
 
 1. **Presets.** The start and each preset (`+opt=all`, `+opt=all compile=off`, spelt out as group
    overrides by segperf.tune.space.presets, and without a precision this machine emulates:

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import SequentialSampler, Subset
 
 from segperf.config import available_cores, segperf_cache_dir
-from segperf.data.base import RunDataModule, evenly_spaced
+from segperf.data.base import RunDataModule, data_root, evenly_spaced
 from segperf.data.cache import DeviceBatches, get_cache
 from segperf.data.carvana.augment import DeviceAugment, HostAugment
 from segperf.data.carvana.cache import cache_key
@@ -82,10 +82,7 @@ class CarvanaDataModule(RunDataModule):
 
     # -- where the data is ------------------------------------------------------------------
     def resolve_root(self) -> Path:
-        if self.root is not None:
-            return Path(self.root).expanduser()
-        options = dict(self.synthetic)
-        return ensure_synthetic(options.pop("cache_dir", None) or segperf_cache_dir(), **options)
+        return data_root(self.root, self.synthetic, ensure_synthetic)
 
     def prepare_data(self) -> None:
         # rank 0 only: generate the built-in data once, before any rank reads it
