@@ -68,3 +68,14 @@ def test_a_precision_the_raw_loop_cannot_reproduce_is_refused_by_name(script):
 
     with pytest.raises(SystemExit, match="trainer.precision=16-true"):
         script.autocast_for("16-true", torch.device("cpu"))
+
+
+def test_a_run_with_measurement_off_has_a_ratio_and_no_accounted_share(script):
+    runs = [
+        {"side": "segperf", "images_per_s": 9.0, "accounted_fraction": None},  # perf.measure=false
+        {"side": "raw", "images_per_s": 10.0},
+    ]
+    summary = script.summarize(runs)
+
+    assert summary["ratio"] == pytest.approx(0.9)
+    assert summary["accounted_fraction"] is None
