@@ -1,7 +1,7 @@
 """What segperf costs over a hand-written PyTorch loop: one of its own workloads trained both ways.
 
-    python scripts/framework_efficiency.py --workload cnn --repeats 3 --steps 300 --out outputs/framework-efficiency
-    python scripts/framework_efficiency.py --workload unet --steps 60 data.height=128 data.width=192 batch_size=4
+    python scripts/framework_efficiency.py --workload unet --repeats 3 --steps 120 --out outputs/framework-efficiency
+    python scripts/framework_efficiency.py --workload cnn --steps 300 batch_size=32 val_every_images=100000
 
 The run's config is composed with Hydra's compose API as `python -m segperf.train <overrides>`
 composes it (`--workload` picks model and data: unet = carvana, cnn = mnist, resnet18 =
