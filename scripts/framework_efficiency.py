@@ -1,0 +1,296 @@
+"""What segperf costs over a hand-written PyTorch loop: one of its own workloads trained both ways.
+
+    python scripts/framework_efficiency.py --workload unet --repeats 3 --steps 120 --out outputs/framework-efficiency
+    python scripts/framework_efficiency.py --workload cnn --steps 300 batch_size=32 val_every_images=100000
+
+The run's config is composed with Hydra's compose API as `python -m segperf.train <overrides>`
+composes it (`--workload` picks model and data: unet = carvana, cnn = mnist, resnet18 =
+imagefolder; the rest are Hydra overrides, passed through). `--steps N` sets train_images to N
+batches. Each repeat trains, alternating which goes first so that a machine getting busier
+weighs on both alike:
+
+(a) segperf: `segperf.training.run.train(cfg, run_dir)`, what `python -m segperf.train` runs
+    (Lightning, PerfMonitor with its profiler and sampler, TensorBoard, checkpoints): its
+    results.json's training images/s after warm-up, and the share of the run its phases account for;
+(b) raw: the same net, optimizer (and lr schedule), loss, precision, memory format and training
+    DataLoader, all built by segperf's own builders from the same config (after the same
+    adjustments to this machine), trained by the loop a Lightning user would otherwise write:
+    `for batch in loader: to device; zero_grad; loss = training_step; backward; step`, timed with
+    time.perf_counter over the steps after the same warm-up (synchronized on a GPU).
+
+What (b) leaves out is what Lightning and the measurement add, which is the point: no hooks,
+callbacks, logger, profiler, sampler, validation or checkpoints. The loss is the module's own
+`training_step` (forward and cross-entropy); the `self.log` inside it returns at once without a
+trainer, so (b) pays a call, not the logging. The device-side input conversion (uint8 to float,
+the memory layout) is the module's `on_after_batch_transfer`, essential work either way.
+
+Prints each run's images/s, the medians and segperf / raw (target >= 0.98), and the accounted
+share of each segperf run (target >= 0.99 for a run of a few hundred steps); writes all of it to
+OUT/framework_efficiency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import lightning as L
+import torch
+from hydra import compose, initialize_config_dir
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from segperf.callbacks.batch_size import batch_size
+from segperf.config import CONFIG_DIR, plain_config
+from segperf.perf.results import write_json_atomic
+from segperf.training.adapt import adapt_to_machine
+from segperf.training.run import reset_global_state, train
+from segperf.training.workload import build_workload
+
+WORKLOADS = {"unet": ["model=unet", "data=carvana"], "cnn": ["model=cnn", "data=mnist"]}
+WORKLOADS["resnet18"] = ["model=resnet18", "data=imagefolder"]
+TARGET_RATIO, TARGET_ACCOUNTED = 0.98, 0.99
+AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+FULL_PRECISION = ("32-true", "32")
+# the settings both sides train with, recorded beside the figures (the rest is in each run's results.json)
+RECORDED_KEYS = ["train_images", "batch_size", "warmup_steps", "seed", "num_threads", "model", "data", "trainer"]
+# a training_step's self.log without a trainer: Lightning warns and returns; (b) has no trainer on purpose
+warnings.filterwarnings("ignore", message=r".*You are trying to `self.log\(\)`.*")
+
+
+def compose_config(workload: str, overrides: list[str], steps: int | None) -> DictConfig:
+    """conf/train.yaml with the workload's model and data and `overrides`, as `python -m
+    segperf.train` composes it; with `steps`, train_images is that many batches."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[*WORKLOADS[workload], *overrides])
+    if steps is not None:
+        cfg.train_images = steps * cfg.batch_size  # data.train_images follows (an interpolation)
+    if math.ceil(cfg.train_images / cfg.batch_size) <= cfg.warmup_steps:
+        raise SystemExit(
+            f"error: {cfg.train_images} training images are {math.ceil(cfg.train_images / cfg.batch_size)} "
+            f"steps, not more than warmup_steps={cfg.warmup_steps}: give --steps above it"
+        )
+    return cfg
+
+
+def segperf_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """(a): the run `python -m segperf.train` makes, read back from its results.json."""
+    results = train(copy.deepcopy(cfg), run_dir)
+    if results["status"] != "completed":
+        raise RuntimeError(f"the segperf run in {run_dir} ended {results['status']}: see its results.json")
+    section = results["train"]
+    return {
+        "side": "segperf",
+        "run_dir": str(run_dir),
+        "steps": section["steps"],
+        "images": section["images"],
+        "warmup_steps": section["warmup_steps"],
+        "images_per_s": section["images_per_s"],
+        # perf.measure=false times no phases: nothing to account
+        "accounted_fraction": (results.get("accounted") or {}).get("fraction"),
+    }
+
+
+def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """(b): the same workload through a plain PyTorch loop (see the module docstring)."""
+    reset_global_state()  # the global settings train() starts from
+    cfg = OmegaConf.create(resolved(cfg, run_dir))
+    adapt_to_machine(cfg)  # what train() changes for this machine (pin_memory without CUDA)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    workload = build_workload(cfg)
+    module, datamodule = workload.module, workload.datamodule
+    device = device_of(cfg.trainer)
+    module.to(device).train()
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    steps = workload.trainer_options.get("max_steps") or math.ceil(cfg.train_images / cfg.batch_size)
+    optimizer, schedules = optimizer_of(module, steps)
+    timed = time_steps(module, datamodule, optimizer, schedules, device, cfg, steps)
+    return {"side": "raw", "run_dir": str(run_dir), **timed}
+
+
+def resolved(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    """The config as plain data, as train() resolves it (its output folder is Hydra's otherwise)."""
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)  # (b) writes nothing there
+    return plain_config(cfg)
+
+
+def time_steps(module, datamodule, optimizer, schedules, device, cfg, steps: int) -> dict[str, Any]:
+    """The hand-written loop over `steps` batches; images/s over the steps after warm-up."""
+    before = transfer_hook("on_before_batch_transfer", module, datamodule)
+    after = transfer_hook("on_after_batch_transfer", module, datamodule)
+    autocast = autocast_for(cfg.trainer.precision, device)
+    scaler = torch.amp.GradScaler(device.type) if cfg.trainer.precision == "16-mixed" else None
+    warmup, done, images, warm_images, warm_end = cfg.warmup_steps, 0, 0, 0, time.perf_counter()
+    for index, batch in enumerate(limited(datamodule.train_dataloader(), steps)):
+        batch = after(to_device(before(batch, 0), device), 0)
+        optimizer.zero_grad()
+        with autocast:
+            loss = loss_of(module.training_step(batch, index))
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        for schedule in schedules:
+            schedule.step()
+        done, images = done + 1, images + batch_size(batch)
+        if done == warmup:
+            synchronize(device)  # warm-up ends when its work is done, as PerfMonitor's clock has it
+            warm_images, warm_end = images, time.perf_counter()
+    synchronize(device)  # the last step's work done before the clock is read
+    seconds = time.perf_counter() - warm_end
+    rate = (images - warm_images) / seconds if done > warmup and seconds > 0 else None
+    return {"steps": done, "images": images, "warmup_steps": warmup, "images_per_s": rate}
+
+
+def device_of(trainer_cfg: Any) -> torch.device:
+    """The one device the run's Trainer would train on (accelerator auto: CUDA if present)."""
+    if trainer_cfg.devices not in (1, "1") or trainer_cfg.num_nodes != 1:
+        raise SystemExit("error: the raw loop trains on one device: use trainer.devices=1 (the default)")
+    accelerator = trainer_cfg.accelerator
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", 0)
+    if accelerator in ("cpu", "auto"):
+        return torch.device("cpu")
+    raise SystemExit(f"error: trainer.accelerator={accelerator}: the raw loop runs on cpu or cuda")
+
+
+def optimizer_of(module: L.LightningModule, steps: int) -> tuple[torch.optim.Optimizer, list[Any]]:
+    """The module's own configure_optimizers: one optimizer and the schedules stepped every step.
+    A schedule sized to the run (one-cycle) reads the trainer's step count; the loop lends it that
+    number alone, for this call only (a self.log with a trainer set would look for its loop)."""
+    module.trainer = SimpleNamespace(estimated_stepping_batches=steps, max_steps=steps)
+    try:
+        conf = module.configure_optimizers()
+    finally:
+        module.trainer = None
+    if isinstance(conf, torch.optim.Optimizer):
+        return conf, []
+    if not isinstance(conf, dict) or not isinstance(conf.get("optimizer"), torch.optim.Optimizer):
+        raise SystemExit(f"error: the raw loop takes one optimizer, or Lightning's dict of one; got {conf!r}")
+    schedule = conf.get("lr_scheduler")
+    if schedule is None:
+        return conf["optimizer"], []
+    if not isinstance(schedule, dict):
+        schedule = {"scheduler": schedule}
+    # an epoch schedule steps once after the run's only epoch, outside any timing: (b) leaves it out
+    per_step = schedule.get("interval", "epoch") == "step"
+    return conf["optimizer"], [schedule["scheduler"]] if per_step else []
+
+
+def transfer_hook(name: str, module: L.LightningModule, datamodule: L.LightningDataModule):
+    """The batch-transfer hook Lightning calls: the data module's where it overrides it, else the module's."""
+    return getattr(datamodule if is_overridden(name, datamodule) else module, name)
+
+
+def autocast_for(precision: Any, device: torch.device):
+    """The autocast Lightning's precision plugin wraps around training_step."""
+    if str(precision) in FULL_PRECISION:
+        return nullcontext()
+    if precision in AUTOCAST:
+        return torch.autocast(device.type, dtype=AUTOCAST[precision])
+    raise SystemExit(f"error: trainer.precision={precision}: the raw loop reproduces 32-true, bf16-mixed, 16-mixed")
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)  # as Lightning moves it: async from pinned memory
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(item, device) for item in batch)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    return batch
+
+
+def loss_of(output: Any) -> torch.Tensor:
+    return output["loss"] if isinstance(output, dict) else output
+
+
+def limited(loader: Iterable, steps: int) -> Iterator[Any]:
+    """`steps` batches, over as many passes of the loader as that takes (as max_steps draws them)."""
+    drawn = 0
+    while drawn < steps:
+        for batch in loader:
+            yield batch
+            drawn += 1
+            if drawn == steps:
+                return
+        if drawn == 0:
+            raise SystemExit("error: the training loader yields no batch")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compare(cfg: DictConfig, repeats: int, out: Path, report=print) -> dict[str, Any]:
+    """`repeats` rounds of (a) and (b), alternating which goes first; the summary, also in
+    OUT/framework_efficiency.json."""
+    runs: list[dict[str, Any]] = []
+    for repeat in range(repeats):
+        for side in ("segperf", "raw") if repeat % 2 == 0 else ("raw", "segperf"):
+            run = (segperf_run if side == "segperf" else raw_run)(cfg, out / f"{side}-{repeat}")
+            runs.append({"repeat": repeat, **run})
+            accounted = f", accounted {run['accounted_fraction']:.1%}" if run.get("accounted_fraction") else ""
+            rate = f"{run['images_per_s']:,.2f} images/s over {run['steps']} steps"
+            report(f"repeat {repeat} {side:>7}: {rate}{accounted}")
+    summary = summarize(runs)
+    summary["config"] = {key: value for key, value in resolved(cfg, out).items() if key in RECORDED_KEYS}
+    write_json_atomic(out / "framework_efficiency.json", summary)
+    median = summary["median_images_per_s"]
+    report(f"median images/s: segperf {median['segperf']:,.2f}, raw loop {median['raw']:,.2f}")
+    report(f"segperf / raw = {summary['ratio']:.4f} (target >= {TARGET_RATIO})")
+    if summary["accounted_fraction"] is None:
+        report("run accounted by segperf's phases: not measured (perf.measure=false)")
+    else:
+        least = summary["accounted_fraction"]["min"]
+        report(f"run accounted by segperf's phases: at least {least:.1%} (target >= {TARGET_ACCOUNTED:.0%})")
+    return summary
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    rates = {side: [r["images_per_s"] for r in runs if r["side"] == side] for side in ("segperf", "raw")}
+    if any(rate is None for side in rates.values() for rate in side):
+        raise SystemExit("error: a run has no images/s after warm-up: give more --steps than warmup_steps")
+    median = {side: statistics.median(values) for side, values in rates.items()}
+    accounted = [r["accounted_fraction"] for r in runs if r.get("accounted_fraction") is not None]
+    return {
+        "runs": runs,
+        "median_images_per_s": median,
+        "ratio": median["segperf"] / median["raw"],
+        "target_ratio": TARGET_RATIO,
+        "accounted_fraction": {"min": min(accounted), "median": statistics.median(accounted)} if accounted else None,
+        "target_accounted_fraction": TARGET_ACCOUNTED,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="unet")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/framework-efficiency"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m segperf.train takes them")
+    args = parser.parse_args()
+    compare(compose_config(args.workload, args.overrides, args.steps), args.repeats, args.out)
+
+
+if __name__ == "__main__":
+    main()

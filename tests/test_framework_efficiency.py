@@ -1,0 +1,81 @@
+"""scripts/framework_efficiency.py: segperf's own run and a hand-written loop train the same
+workload for the same steps, and the comparison is printed and written. What the ratio comes to is
+measured, never asserted (docs/BENCHMARKS.md records it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from tests.conftest import MNIST_TINY, NARROW_UNET, REPO, TINY
+
+# the MNIST run's sizes and quiet settings, without its model/data choice (--workload cnn makes it)
+CNN_TINY = [o for o in MNIST_TINY if not o.startswith(("model=", "data=", "train_images="))]
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("framework_efficiency", REPO / "scripts" / "framework_efficiency.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_both_sides_train_the_same_steps_and_images_and_the_ratio_is_printed_and_written(script, tiny_mnist, tmp_path):
+    cfg = script.compose_config("cnn", [*CNN_TINY, f"data.root={tiny_mnist}"], steps=5)
+    printed: list[str] = []
+    summary = script.compare(cfg, repeats=2, out=tmp_path, report=printed.append)
+
+    runs = summary["runs"]
+    assert [(r["repeat"], r["side"]) for r in runs] == [(0, "segperf"), (0, "raw"), (1, "raw"), (1, "segperf")]
+    assert {(r["steps"], r["images"], r["warmup_steps"]) for r in runs} == {(5, 5 * 32, 2)}
+    assert all(r["images_per_s"] > 0 for r in runs)
+    assert all(0 < r["accounted_fraction"] <= 1 for r in runs if r["side"] == "segperf")
+    assert (tmp_path / "segperf-0" / "results.json").is_file()  # (a) is the real run, with its record
+    assert summary["ratio"] == pytest.approx(
+        summary["median_images_per_s"]["segperf"] / summary["median_images_per_s"]["raw"]
+    )
+    assert any(line.startswith("segperf / raw = ") for line in printed)
+    written = json.loads((tmp_path / "framework_efficiency.json").read_text())
+    assert written["ratio"] == pytest.approx(summary["ratio"])
+    assert written["config"]["batch_size"] == 32 and written["config"]["train_images"] == 5 * 32
+
+
+def test_the_raw_loop_steps_the_runs_own_lr_schedule_over_the_same_steps(script, tiny_carvana, tmp_path):
+    from segperf.training.workload import build_workload
+
+    cfg = script.compose_config("unet", [*TINY, *NARROW_UNET, f"data.root={tiny_carvana}"], steps=7)
+    module = build_workload(script.OmegaConf.create(script.resolved(cfg, tmp_path))).module
+    optimizer, schedules = script.optimizer_of(module, steps=7)
+
+    assert type(optimizer).__name__ == "Adam" and optimizer.param_groups[0]["params"]
+    assert [type(s).__name__ for s in schedules] == ["OneCycleLR"]  # size=demo's schedule, every step
+    assert schedules[0].total_steps == 7
+    assert module._trainer is None  # lent for the call only: the module's self.log stays trainer-free
+
+
+def test_too_few_steps_to_leave_warm_up_out_is_refused_with_the_flag_to_change(script):
+    with pytest.raises(SystemExit, match="--steps"):
+        script.compose_config("cnn", CNN_TINY, steps=2)
+
+
+def test_a_precision_the_raw_loop_cannot_reproduce_is_refused_by_name(script):
+    import torch
+
+    with pytest.raises(SystemExit, match="trainer.precision=16-true"):
+        script.autocast_for("16-true", torch.device("cpu"))
+
+
+def test_a_run_with_measurement_off_has_a_ratio_and_no_accounted_share(script):
+    runs = [
+        {"side": "segperf", "images_per_s": 9.0, "accounted_fraction": None},  # perf.measure=false
+        {"side": "raw", "images_per_s": 10.0},
+    ]
+    summary = script.summarize(runs)
+
+    assert summary["ratio"] == pytest.approx(0.9)
+    assert summary["accounted_fraction"] is None
