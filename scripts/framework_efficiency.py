@@ -288,7 +288,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
     parser.add_argument("--out", type=Path, default=Path("outputs/framework-efficiency"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m segperf.train takes them")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides before, between or after the options
     compare(compose_config(args.workload, args.overrides, args.steps), args.repeats, args.out)
 
 

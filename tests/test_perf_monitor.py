@@ -85,6 +85,8 @@ def test_a_users_trainer_gets_results_and_the_summary(dict_run, capsys):
     assert results["train"]["images_per_s"] > 0
     assert {"data_wait", "train_step", "warmup", "validation", "setup"} <= results["phases"].keys()
     assert results["accounted"]["fraction"] >= 0.9
+    # the loop's time between the profiled actions (Lightning's hooks and bookkeeping) has a name
+    assert results["phases"]["framework"]["calls"] == 16 and results["phases"]["framework"]["wall_s"] > 0
     assert results["jitter"]["train_step"]["count"] == 14  # after the 2 warm-up steps
     assert results["resources"]["cpu_mean_percent"] is not None
     assert results["throughput"]["train_flops_per_image"] > results["throughput"]["val_flops_per_image"] > 0

@@ -152,3 +152,17 @@ def test_a_users_own_workload_gets_advice_in_dataloader_and_trainer_arguments():
         settings=settings, advice="dataloader",
     )  # fmt: skip
     assert compute["overrides"] == ["Trainer(precision='bf16-mixed')", "DataLoader(batch_size=64)"]
+
+
+def test_short_steps_lost_in_the_frameworks_per_step_work_are_overhead_bound_with_larger_batches():
+    # a 12 ms step with 3 ms of Lightning's hooks and bookkeeping around it (the CNN at batch 32 on 2 cores)
+    phases = make_phases(**BASE, data_wait=1.0, train_step=12.0, framework=3.5)
+    v = verdict(phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu", settings={"batch_size": 32})
+    assert v["kind"] == "overhead-bound"
+    assert "framework 21%" in v["text"] and "fewer, larger steps" in v["text"]
+    assert v["overrides"] == ["batch_size=64"]
+    settings = {"dataloader": {"batch_size": 32}, "trainer": {}, "hints": {"workers": 2}}
+    user = verdict(
+        phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu", settings=settings, advice="dataloader"
+    )
+    assert user["overrides"] == ["DataLoader(batch_size=64)"]

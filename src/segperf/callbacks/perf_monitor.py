@@ -205,13 +205,16 @@ class PerfMonitor(L.Callback):
             intervals["setup"].append((marks["fit_called"], setup_end))
         if "train_end" in marks:
             intervals["teardown"].append((marks["train_end"], marks.get("fit_returned", run[1])))
+        if "train_start" in marks:  # the loop's time no other phase holds (lowest priority within it)
+            intervals["framework"].append((marks["train_start"], marks.get("train_end", run[1])))
         if "train_start" in marks and clock.warmup_steps:
             intervals["warmup"].append((marks["train_start"], marks.get("warmup_end", marks.get("train_end", run[1]))))
         return dict(intervals)
 
     def _calls(self) -> dict[str, int]:
         clock = self.clock
-        return {"warmup": min(clock.steps, clock.warmup_steps), "validation": len(clock.validation)}
+        steps = clock.steps
+        return {"warmup": min(steps, clock.warmup_steps), "validation": len(clock.validation), "framework": steps}
 
     def _jitter(self, actions: dict[str, list], batches: dict[str, list[float]]) -> dict[str, Any]:
         clock = self.clock

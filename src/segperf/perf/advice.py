@@ -68,6 +68,7 @@ LEVERS: dict[str, tuple[Lever | Scaled, ...]] = {
     "validation": (RARER_VALIDATION, FEWER_VAL_IMAGES),
     "logging": (RARER_LOGGING,),
     "checkpoint": (RARER_VALIDATION,),  # last.ckpt is written at every validation
+    "framework": (LARGER_BATCH,),  # Lightning's per-step cost, amortized over more images a step
     "compute-cpu": (DECONV, LARGER_BATCH),
     "compute-host": (COMPILE, LARGER_BATCH),
     "compute-gpu": (BF16, CHANNELS_LAST, COMPILE, DECONV),
@@ -91,6 +92,7 @@ DATALOADER_LEVERS: dict[str, tuple[Lever | Scaled, ...]] = {
     "validation": (),
     "logging": (TRAINER_LOGGING,),
     "checkpoint": (),
+    "framework": (LOADER_BATCH,),
     "compute-cpu": (LOADER_BATCH,),
     "compute-host": (LOADER_BATCH,),
     "compute-gpu": (TRAINER_BF16, LOADER_BATCH),

@@ -41,13 +41,15 @@ THRESHOLDS: dict[str, float] = {
     "optimizer_fraction": 0.3,
 }
 
-STEADY_PHASES = ("data_wait", "batch_to_device", "train_step", "logging")
-OVERHEAD_PHASES = ("validation", "logging", "checkpoint")
+STEADY_PHASES = ("data_wait", "batch_to_device", "train_step", "logging", "framework")
+OVERHEAD_PHASES = ("validation", "logging", "checkpoint", "framework")
 
 _OVERHEAD_ADVICE = {
     "validation": "validate less often (a larger val_every_images) or on fewer images (val_images)",
     "logging": "log less often (a larger trainer.log_every_n_steps)",
     "checkpoint": "checkpoint less often (last.ckpt is written at every validation: a larger val_every_images)",
+    "framework": "take fewer, larger steps (a larger batch_size): Lightning's hooks and bookkeeping cost as much "
+    "per step",
 }
 # the same advice in the knobs of a workload segperf did not configure (PerfMonitor in a user's script)
 _DATALOADER_OVERHEAD_ADVICE = {
@@ -55,6 +57,8 @@ _DATALOADER_OVERHEAD_ADVICE = {
     "(Trainer(limit_val_batches=...))",
     "logging": "log less often (Trainer(log_every_n_steps=...))",
     "checkpoint": "checkpoint less often (ModelCheckpoint(every_n_train_steps=...))",
+    "framework": "take fewer, larger steps (a larger DataLoader(batch_size=...)): Lightning's hooks and bookkeeping "
+    "cost the same per step",
 }
 # which knobs the advice is given in: segperf's config groups, or a plain DataLoader and Trainer
 ADVICE = {"segperf": (LEVERS, _OVERHEAD_ADVICE), "dataloader": (DATALOADER_LEVERS, _DATALOADER_OVERHEAD_ADVICE)}
@@ -161,7 +165,8 @@ def verdict(
         parts = ", ".join(f"{p} {_pct(_seconds(phases, p) / loop)}" for p in OVERHEAD_PHASES if _seconds(phases, p))
         overrides = untried(levers[worst], settings)
         text = (
-            f"overhead-bound: {_pct(overhead_share)} of the training loop in validation, logging and checkpoints "
+            f"overhead-bound: {_pct(overhead_share)} of the training loop in validation, logging, checkpoints "
+            "and the framework "
             f"({parts}); {overhead_advice[worst]}"
         )
         text += _try(overrides, "", lead=": ")

@@ -21,7 +21,9 @@ from segperf.report.sweep import Configuration
 
 PHASES = list(PHASE_ORDER)
 # one fixed colour per phase, so the same phase looks the same in every report
-PHASE_COLORS = dict(zip(PHASES, [f"C{i}" for i in range(10)], strict=True)) | {"unaccounted": "0.75"}
+# matplotlib's cycle has ten colours: the framework's loop time is grey, darker than what is unaccounted
+PHASE_COLORS = dict(zip([p for p in PHASES if p != "framework"], [f"C{i}" for i in range(10)], strict=True))
+PHASE_COLORS |= {"framework": "0.45", "unaccounted": "0.75"}
 EXTRA_COLORS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]  # phases added later
 
 
