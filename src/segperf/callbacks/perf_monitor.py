@@ -120,6 +120,7 @@ class PerfMonitor(L.Callback):
 
     # -- Lightning's hooks ----------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
+        self.clock.marks.setdefault("fit_called", time.perf_counter())  # before the sampler thread starts
         self.begin()
         self.trainer = trainer
         for part in self.parts:
@@ -152,7 +153,10 @@ class PerfMonitor(L.Callback):
     def record(self, results: dict[str, Any]) -> None:
         """Fill `machine`, `train`, `phases`, `accounted`, `resources`, `jitter`, `throughput` and
         `verdict`. Safe after a failure: sections whose inputs never came into being stay small."""
-        end = time.perf_counter()
+        # the run ends with its last measured part: the fit's return or the last span after it, not
+        # here (stopping the sampler thread, which can wait out an interval, is not the run's time)
+        ends = [e for spans in self.spans.values() for _, e in spans] + [self.clock.marks.get("fit_returned")]
+        end = max((t for t in ends if t is not None), default=time.perf_counter())
         run = (self.run_start or end, end)
         clock, trainer = self.clock, self.trainer
         results.setdefault("notices", [])
