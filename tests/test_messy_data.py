@@ -181,6 +181,8 @@ def test_the_command_with_decode_check_lists_every_bad_file_exits_2_and_prints_n
     skip = run_cli([*args[:-2], f"hydra.run.dir={tmp_path / 'skip'}", "data.on_bad_sample=skip"], cwd=tmp_path)
     assert skip.returncode == 0, skip.stderr[-3000:]
     assert "Traceback" not in skip.stderr and "Tag data larger than file" not in skip.stderr
+    # segperf's own "left out" warning reads as its notes do, not as Python's file:line: UserWarning
+    assert "segperf: warning: data.on_bad_sample=skip: left out" in skip.stderr and "UserWarning" not in skip.stderr
     assert "the image library warned" in skip.stdout
     results = json.loads((tmp_path / "skip" / "results.json").read_text())
     assert {str(path) for path, _ in broken.values()} <= {entry["path"] for entry in results["dataset"]["skipped"]}

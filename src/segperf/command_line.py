@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -220,3 +221,23 @@ def workload_axis_problem(argv: list[str], config_dir: Path, config_name: str) -
         f"{', '.join(missing)}: not an axis of this workload ({workload}); its axes are {', '.join(has)} "
         f"({', '.join(WORKLOAD_ONLY_AXES)} belong to the workloads that have them: the U-Net, Carvana)"
     )
+
+
+def plain_segperf_warnings() -> None:
+    """On the command line, segperf's own warnings (a data check leaving files out, a folder's
+    orphan masks) read as `segperf: warning: <message>` on stderr, like its notes and errors,
+    not as Python's `<file>:<line>: UserWarning:` with a source line. A library user (PerfMonitor,
+    the DataModules in their own script) still gets real warnings, which they can filter or catch.
+    Warnings from anywhere else are shown as Python shows them."""
+    import warnings
+
+    package = str(Path(__file__).resolve().parent)
+    show = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and str(Path(filename).resolve()).startswith(package):
+            print(f"segperf: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning

@@ -16,7 +16,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from segperf.command_line import output_folder_problem, quote_path_values, workload_axis_problem
+from segperf.command_line import (
+    output_folder_problem,
+    plain_segperf_warnings,
+    quote_path_values,
+    workload_axis_problem,
+)
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError, explain, is_worker_error, write_problem
 from segperf.training.resume import resume_argv
@@ -80,4 +85,5 @@ def cli() -> None:
         fail(problem)
     if problem := workload_axis_problem(sys.argv[1:], CONFIG_DIR, CONFIG_NAME):
         fail(problem)
+    plain_segperf_warnings()
     main()

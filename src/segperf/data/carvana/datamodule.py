@@ -107,7 +107,7 @@ class CarvanaDataModule(RunDataModule):
         bad = len(report.bad_images)
         decoded = "" if report.decoded is None else f" (decoded {report.decoded:,} files, the rest known before)"
         print(
-            f"Checked {report.checked:,} samples{decoded} in {report.seconds:.1f} s: {bad} bad"
+            f"Checked {report.checked:,} samples{decoded} in {report.seconds:.2f} s: {bad} bad"
             + (f" ({report.counts()}; skipped, data.on_bad_sample=skip)" if bad else "")
             + "."
         )

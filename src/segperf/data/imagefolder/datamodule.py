@@ -107,7 +107,7 @@ class ImageFolderDataModule(RunDataModule):
         bad = len(report.problems)
         decoded = "" if report.decoded is None else f" (decoded {report.decoded:,} files, the rest known before)"
         print(
-            f"Checked {report.checked:,} images{decoded} in {report.seconds:.1f} s: "
+            f"Checked {report.checked:,} images{decoded} in {report.seconds:.2f} s: "
             f"{bad} problem{'s' if bad != 1 else ''}"
             + (f" ({report.counts()}; left out, data.on_bad_sample=skip)" if bad else "")
             + "."
