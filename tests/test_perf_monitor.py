@@ -181,3 +181,12 @@ def test_samples_are_the_leading_dimension_of_the_first_tensor(batch, expected):
 def test_a_batch_without_a_tensor_says_to_pass_batch_size_fn():
     with pytest.raises(BatchSizeError, match="batch_size_fn"):
         batch_size({"paths": ["a.jpg"]})
+
+
+def test_what_measuring_cost_is_recorded_directly_and_said_in_the_summary(dict_run):
+    folder, results = dict_run
+    cost = results["measurement_cost"]
+    assert cost["hooks_s"] > 0 and cost["tap_s"] > 0 and cost["sampler_cpu_s"] >= 0
+    spent = cost["hooks_s"] + cost["tap_s"] + cost["sampler_cpu_s"]
+    assert cost["fraction"] == pytest.approx(spent / results["accounted"]["run_wall_s"])
+    assert f"Measuring took {cost['fraction']:.2%} of a core" in (folder / "summary.txt").read_text()

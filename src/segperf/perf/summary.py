@@ -94,6 +94,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
         f"Warm-up: the first {train.get('warmup_steps', 0)} training steps (compilation, caches), kept out of "
         "throughput.",
         *_distributed_notes(results.get("distributed")),
+        *_cost_note(results.get("measurement_cost")),
         *results.get("notices", []),
         *res.get("notes", []),
     ]
@@ -324,4 +325,13 @@ def _distributed_notes(dist: dict[str, Any] | None) -> list[str]:
         "Data-parallel run: images and train images/s add up all ranks; phases, resources, jitter, TFLOP/s and "
         "MFU are rank 0's (per device; its process tree holds the ranks Lightning started on its node). "
         "ready = data wait + forward: when a rank joins the gradient all-reduce.",
+    ]
+
+
+def _cost_note(cost: dict | None) -> list[str]:
+    if not cost or cost.get("fraction") is None:
+        return []
+    return [
+        f"Measuring took {cost['fraction']:.2%} of a core over the run (its hooks {cost['hooks_s']:.3f} s, "
+        f"the profiler tap {cost['tap_s']:.3f} s, the sampler {cost['sampler_cpu_s']:.3f} s)."
     ]
