@@ -479,3 +479,22 @@ def test_each_decision_records_the_probes_and_seconds_it_took():
     assert axes and all(s.seconds >= s.candidate_probes[-1].wall_s for s in axes)
     spent = sum(s.seconds for s in result.steps)
     assert 0 < spent <= result.elapsed_s
+
+
+def test_a_budget_spent_before_the_quality_check_still_checks_the_best_rather_than_answer_with_the_start(
+    monkeypatch,
+):
+    # probes that overran their estimates left the learning run less than it needs: the best, far
+    # faster than the start, is still checked (past the budget, said so), not replaced by the start
+    from segperf.tune.search import Tuner
+
+    guard = Tuner._guard
+
+    def spent_guard(self, best):
+        self.ledger.budget_s = self.ledger.elapsed()  # nothing left
+        return guard(self, best)
+
+    monkeypatch.setattr(Tuner, "_guard", spent_guard)
+    result = tune(Workload({"workers=auto": 2.0}), presets={}, quality=True)
+    assert result.best == ("workers=auto",) and result.quality.verdict == "passed"
+    assert "ran past the budget" in result.quality.reason

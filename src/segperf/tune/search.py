@@ -70,6 +70,9 @@ from segperf.tune.probe import Config, Measure, Probe, config_of
 from segperf.tune.space import Axis, effective, merge, setting, undo_learning_changes, with_setting, without_settings
 
 KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
+# the quality check's reserve: the start's learning run times this (the tuned one may compile, and
+# the probes before it may overrun their estimates; a 10-minute tune once left 30 s of the 36 needed)
+QUALITY_MARGIN = 1.5
 NOT_APPLIED, FAILED, SKIPPED, WORSE = "not applied", "failed", "skipped: budget", "rejected: quality"
 # A short learning run's quality moves this much with the seed alone: size=quick over three seeds
 # ends at Dice 0.982-0.989 (docs/BENCHMARKS.md, "Quality"); 0.02 is about three times that span.
@@ -327,14 +330,21 @@ class Tuner:
             check.reason = f"the start's learning run gave no quality ({start_probe.failed or 'none recorded'})"
             return best
         notes: list[str] = []
-        for candidate in undo_learning_changes(best, self.axes, self.start):
+        for tried, candidate in enumerate(undo_learning_changes(best, self.axes, self.start)):
             if candidate == self.start:
                 break
             final = self.ledger.cost(SPEED, self._final_plan(candidate), best)
-            if self.ledger.estimate(QUALITY, candidate, self.start) + final > self.ledger.left():
+            needed, left = self.ledger.estimate(QUALITY, candidate, self.start) + final, self.ledger.left()
+            if needed > left:
                 self.stopped = True
-                notes.append(f"no budget left for the learning run of {' '.join(candidate)}")
-                break
+                if tried:
+                    notes.append(f"no budget left for the learning run of {' '.join(candidate)}")
+                    break
+                # the best's own check runs past the budget rather than answer with the start, which
+                # the search measured slower: one learning run late beats a tune that undoes itself
+                notes.append(
+                    f"its learning run ran past the budget (about {needed:.0f} s needed, {max(left, 0):.0f} s left)"
+                )
             label = " ".join(candidate)
             probe = self.ledger.probe(QUALITY, [candidate], [label], self.ledger.limit(QUALITY, self.start))[0]
             check.probes.append(probe)
@@ -537,9 +547,11 @@ class Tuner:
         return self.ledger.cost(SPEED, configs, best) + self._reserve(best) <= self.ledger.left()
 
     def _reserve(self, best: Config) -> float:
+        """The final stage's top-ups and the quality check's learning run, the latter with a
+        margin: it is priced by the start's, and the tuned configuration's may compile or run slower."""
         reserve = self.ledger.cost(SPEED, self._final_plan(best), best)
         if self.quality is not None:
-            reserve += self.ledger.estimate(QUALITY, best, self.start)
+            reserve += QUALITY_MARGIN * self.ledger.estimate(QUALITY, best, self.start)
         return reserve
 
 
