@@ -81,3 +81,14 @@ def test_every_norm_runs_the_inference_probe_twin_of_four_channels_on_its_smalle
 def test_unknown_norm_is_refused_naming_the_options():
     with pytest.raises(ValueError, match="none.*batch.*group"):
         UNet(norm="layer")
+
+
+def test_the_lightning_module_is_built_without_a_library_warning_on_the_console():
+    # torchmetrics warns about DiceScore's average whenever "micro" is given: segperf gives it on purpose
+    import warnings
+
+    from segperf.model.module import SegmentationModule
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SegmentationModule(UNet(stem_channels=8, level_channels=[8, 16, 32, 64, 128]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -61,7 +62,11 @@ class SegmentationModule(ValidationHistory, L.LightningModule):
             self.net.compile()
         num_classes = net.config["num_classes"]
         self.val_pixel_accuracy = MulticlassAccuracy(num_classes, average="micro", multidim_average="global")
-        self.val_dice = DiceScore(num_classes, include_background=False, average="micro", input_format="index")
+        with warnings.catch_warnings():
+            # torchmetrics 1.9 warns whenever average="micro" is given, that its default will change:
+            # it is given here on purpose, so the note says nothing to a segperf user
+            warnings.filterwarnings("ignore", message=r"DiceScore metric currently defaults to `average=micro`")
+            self.val_dice = DiceScore(num_classes, include_background=False, average="micro", input_format="index")
         self.val_loss = MeanMetric()  # weighted by batch size: the mean over all validation images
 
     # -- device-side input conversion -------------------------------------------------------
