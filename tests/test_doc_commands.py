@@ -45,6 +45,11 @@ ALLOWED = {
         "needs an interrupted run's folder: run by "
         "tests/test_interrupt.py::test_ctrl_c_mid_training_saves_a_checkpoint_and_resume_finishes_the_run"
     ),
+    "for r in 0 1; do for cfg in": (
+        "the shell loop of the tune's side by side in BENCHMARKS (runs alternated by hand); each of its runs is "
+        "`python -m segperf.train` with a preset (+opt=0_baseline, +opt=all, +opt=tuned), presets the ladder's "
+        "`make ladder` and the tune's commands on the same pages compose"
+    ),
     "for r in 0 1 2; do for cfg in": (
         "the shell loop that measured the image folder's story (runs alternated by hand); each of its runs is a "
         "configuration of the `-m ... workers=off,auto prefetch=off,on cache=off,memory` sweep on the same page, "
