@@ -498,3 +498,20 @@ def test_a_budget_spent_before_the_quality_check_still_checks_the_best_rather_th
     result = tune(Workload({"workers=auto": 2.0}), presets={}, quality=True)
     assert result.best == ("workers=auto",) and result.quality.verdict == "passed"
     assert "ran past the budget" in result.quality.reason
+
+
+def test_a_compile_that_buys_nothing_distinguishable_is_left_out_of_the_presets_and_the_axes():
+    # compile=on 2% faster: inside this noise, so the tie goes to the configuration that does not compile
+    speeds = {"compile=on": 1.02, "workers=auto": 1.5, "precision=bf16": 2.0}
+    result = tune(Workload(speeds), quality=False)
+    assert "compile=on" not in result.best and {"workers=auto", "precision=bf16"} <= set(result.best)
+    [uncompiled] = [s for s in result.steps if s.stage == "presets" and s.axis == "+opt=all compile=off"]
+    assert uncompiled.verdict == KEPT and "taken without torch.compile" in uncompiled.note
+    # alone on its axis too: the best without presets that compile keeps compile=off on a tie
+    axes_only = tune(Workload(speeds), presets={}, quality=False)
+    assert "compile=on" not in axes_only.best
+
+
+def test_a_compile_that_is_distinguishably_faster_is_kept():
+    result = tune(Workload({"compile=on": 1.5, "workers=auto": 1.5}), quality=False)
+    assert "compile=on" in result.best

@@ -243,11 +243,16 @@ class Tuner:
         faster = sorted((s for s in steps if s.verdict == KEPT), key=lambda s: -(s.ratio or 0.0))
         if not faster:
             return self.start
+        best = faster[0]
         for other in faster[1:]:
             versus = self._comparison(other.candidate_probes, faster[0].candidate_probes)
             other.verdict = SLOWER if versus.distinguishable else SAME
             other.note = f"faster than the start, but {_ratio_text(versus)} of {faster[0].axis}, side by side"
-        return faster[0].candidate
+            if other.verdict == SAME and best is faster[0] and _stops_compiling(other.candidate, best.candidate):
+                other.verdict, other.note = KEPT, f"{UNCOMPILED_TIE} ({_ratio_text(versus)} of {best.axis})"
+                best.verdict, best.note = SAME, f"as fast as {other.axis}, which does not compile"
+                best = other
+        return best.candidate
 
     def _ascend(self, best: Config) -> Config:
         """Stage 2, breadth first so that a budget running out still leaves every axis visited:
@@ -487,7 +492,10 @@ class Tuner:
             step.verdict = KEPT if (versus.ratio or 0) > 1 else SLOWER
             return True
         step.verdict = SAME
-        return runs >= self.max_runs
+        decided = runs >= self.max_runs
+        if decided and step.stage != "presets" and _stops_compiling(step.candidate, step.against):
+            step.verdict, step.note = KEPT, UNCOMPILED_TIE
+        return decided
 
     def _comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
         """The tune's one decision rule (segperf.tune.decision), on the sides' images/s, with the
@@ -553,6 +561,17 @@ class Tuner:
         if self.quality is not None:
             reserve += QUALITY_MARGIN * self.ledger.estimate(QUALITY, best, self.start)
         return reserve
+
+
+UNCOMPILED_TIE = (
+    "not distinguishable from the best, which compiles: taken without torch.compile, whose warm-up "
+    "costs minutes on a cold cache and whose failure costs a run"
+)
+
+
+def _stops_compiling(candidate: Config, against: Config) -> bool:
+    """`candidate` is `against` without torch.compile (a tie then goes to the one that does not compile)."""
+    return "compile=on" in against and "compile=on" not in candidate
 
 
 def _usable(probes: list[Probe]) -> list[Probe]:
