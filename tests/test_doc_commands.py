@@ -45,6 +45,15 @@ ALLOWED = {
         "needs an interrupted run's folder: run by "
         "tests/test_interrupt.py::test_ctrl_c_mid_training_saves_a_checkpoint_and_resume_finishes_the_run"
     ),
+    "python scripts/framework_efficiency.py": (
+        "run by tests/test_framework_efficiency.py::"
+        "test_both_sides_train_the_same_steps_and_images_and_the_ratio_is_printed_and_written"
+    ),
+    "python scripts/monitor_overhead.py": (
+        "run by tests/test_monitor_overhead.py::"
+        "test_the_script_alternates_measured_and_unmeasured_runs_and_prints_both_figures"
+    ),
+    "git clone <repo> fresh": "a fresh clone, as CI (.ci/run) starts from; its make targets are checked below",
     "for r in 0 1; do for cfg in": (
         "the shell loop of the tune's side by side in BENCHMARKS (runs alternated by hand); each of its runs is "
         "`python -m segperf.train` with a preset (+opt=0_baseline, +opt=all, +opt=tuned), presets the ladder's "
