@@ -498,6 +498,15 @@ def test_a_budget_spent_before_the_quality_check_still_checks_the_best_rather_th
     result = tune(Workload({"workers=auto": 2.0}), presets={}, quality=True)
     assert result.best == ("workers=auto",) and result.quality.verdict == "passed"
     assert "ran past the budget" in result.quality.reason
+    # and when the best learns worse, the fallback without its learning change is checked too,
+    # rather than the start (which the search measured slower) becoming the answer
+    worse = tune(
+        Workload({"precision=bf16": 2.0, "workers=auto": 1.5}, seed=1, quality_loss={"precision=bf16": 0.2}),
+        presets={},
+        quality=True,
+    )
+    assert worse.best == ("workers=auto",) and worse.quality.fallback == ("workers=auto",)
+    assert worse.quality.reason.count("ran past the budget") == 2
 
 
 def test_a_compile_that_buys_nothing_distinguishable_is_left_out_of_the_presets_and_the_axes():

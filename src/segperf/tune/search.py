@@ -335,20 +335,19 @@ class Tuner:
             check.reason = f"the start's learning run gave no quality ({start_probe.failed or 'none recorded'})"
             return best
         notes: list[str] = []
-        for tried, candidate in enumerate(undo_learning_changes(best, self.axes, self.start)):
+        for candidate in undo_learning_changes(best, self.axes, self.start):
             if candidate == self.start:
                 break
             final = self.ledger.cost(SPEED, self._final_plan(candidate), best)
             needed, left = self.ledger.estimate(QUALITY, candidate, self.start) + final, self.ledger.left()
             if needed > left:
+                # the check runs past the budget rather than answer with the start, which the search
+                # measured slower: a learning run late beats a tune that undoes itself. The chain is
+                # short, one candidate for each learning axis the best changed.
                 self.stopped = True
-                if tried:
-                    notes.append(f"no budget left for the learning run of {' '.join(candidate)}")
-                    break
-                # the best's own check runs past the budget rather than answer with the start, which
-                # the search measured slower: one learning run late beats a tune that undoes itself
                 notes.append(
-                    f"its learning run ran past the budget (about {needed:.0f} s needed, {max(left, 0):.0f} s left)"
+                    f"the learning run of {' '.join(candidate)} ran past the budget "
+                    f"(about {needed:.0f} s needed, {max(left, 0):.0f} s left)"
                 )
             label = " ".join(candidate)
             probe = self.ledger.probe(QUALITY, [candidate], [label], self.ledger.limit(QUALITY, self.start))[0]
