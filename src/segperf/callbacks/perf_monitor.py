@@ -193,7 +193,7 @@ class PerfMonitor(L.Callback):
         if trainer is not None:
             self.mfu.record(results, trainer)
         results["verdict"] = self._verdict(results, device)
-        results["measurement_cost"] = self._cost(results, table.wall_s)
+        results["measurement_cost"] = self._cost(table.wall_s)
         if trainer is not None and trainer.is_global_zero:
             self._log(trainer, results, batches)
 
@@ -217,19 +217,18 @@ class PerfMonitor(L.Callback):
             intervals["warmup"].append((marks["train_start"], marks.get("warmup_end", marks.get("train_end", run[1]))))
         return dict(intervals)
 
-    def _cost(self, results: dict[str, Any], run_s: float) -> dict[str, Any]:
+    def _cost(self, run_s: float) -> dict[str, Any]:
         """What measuring took, measured directly rather than as a difference of two noisy
         throughputs: the training thread's time inside PerfMonitor's per-batch hooks and the
-        profiler tap's bookkeeping, and the
-        sampler thread's CPU. Their sum over the run's wall time is the share of a core the
-        measurement used; on a machine whose every core trains, about what it takes from training.
-        Not counted: a preempted intra-op thread's wait when the sampler wakes (the side-by-side
-        throughput with perf.measure=false is the check on that), nor the one step FLOPs are
-        counted on running slower under the counter: it is a warm-up step, which throughput leaves out."""
+        profiler tap's bookkeeping, and the sampler thread's own CPU time. Their sum over the
+        run's wall time is the share of a core the measurement used; on a machine whose every core
+        trains, about what it takes from training. Not counted: a preempted intra-op thread's wait
+        when the sampler wakes (the side-by-side throughput with perf.measure=false is the check
+        on that), nor the one step FLOPs are counted on running slower under the counter: it is a
+        warm-up step, which throughput leaves out."""
         tap = self.clock.tap
         tap_s = tap.own_s if tap is not None else 0.0
-        sampler = results["resources"].get("sampler_overhead_fraction")
-        sampler_s = (sampler or 0.0) * run_s
+        sampler_s = self.resources.sampler.thread_cpu_s if self.resources.sampler is not None else 0.0
         spent = self.hooks_s + tap_s + sampler_s
         return {
             "hooks_s": self.hooks_s,

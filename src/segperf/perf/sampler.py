@@ -161,10 +161,15 @@ class ResourceSampler:
     def overall(self) -> WindowStats:
         return _stats(self.samples[:]) if self.samples else WindowStats(samples=0)
 
+    @property
+    def thread_cpu_s(self) -> float:
+        """CPU seconds the sampling thread used (time.thread_time() in the thread itself)."""
+        return self._thread_cpu
+
     def overhead_fraction(self) -> float:
-        """CPU time the sampling thread used / wall time it ran (thread CPU from time.thread_time())."""
+        """CPU time the sampling thread used / wall time it ran."""
         wall = (self._t_end or time.perf_counter()) - self._t_start
-        return self._thread_cpu / wall if self._thread is not None and wall > 0 else 0.0
+        return self.thread_cpu_s / wall if self._thread is not None and wall > 0 else 0.0
 
 
 def _stats(samples: list[ResourceSample]) -> WindowStats:
