@@ -126,6 +126,7 @@ def test_a_folder_missing_both_of_its_folders_names_both(tmp_path):
 # -- in a run ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_on_a_dirty_folder_stops_with_every_problem_on_its_own_line(data, tmp_path):
     bad = dirty(data)
     done = run_cli([*TINY, f"data.root={data}", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=300)

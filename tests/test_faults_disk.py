@@ -135,6 +135,7 @@ def test_a_full_disk_stops_the_run_before_hydra_writes_and_keeps_the_earlier_res
     assert sorted(p.name for p in run.iterdir()) == ["results.json"]
 
 
+@pytest.mark.slow
 def test_a_read_only_folder_stops_the_run_and_the_inference_with_one_line(mount, tmp_path):
     read_only = mount("ro", 64 * 1024, read_only=True)
     for module, args in (("segperf.train", []), ("segperf.infer", ["ckpt=nowhere.ckpt"])):

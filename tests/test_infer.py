@@ -244,6 +244,7 @@ def test_a_runtime_config_without_a_target_is_refused_in_one_line(tiny_run, tmp_
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_onnxruntime_exports_the_model_and_agrees_with_torch(tiny_run, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")

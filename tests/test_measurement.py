@@ -125,6 +125,7 @@ def test_tensorboard_gets_phase_and_resource_scalars_jitter_histograms_and_hpara
     assert any(b"workers" in content for content in hparams.values())
 
 
+@pytest.mark.slow
 def test_a_slow_loader_shows_as_data_wait_and_a_data_bound_verdict(tmp_path, tiny_cfg, monkeypatch):
     decode = CarvanaDataset.__getitem__
 

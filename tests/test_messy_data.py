@@ -107,6 +107,7 @@ def test_raise_mid_run_names_the_file_and_the_decode_check_without_the_workers_t
     assert message.endswith("(in DataLoader worker 0)") and "Traceback" not in message
 
 
+@pytest.mark.slow
 def test_a_file_deleted_or_rewritten_after_the_check_is_skipped_under_skip_and_named_under_raise(tmp_path):
     good, _ = write_messy_folder(tmp_path / "cats", bad=False)
     gone, rewritten, kept = good["bmp"], good["webp"], good["progressive"]

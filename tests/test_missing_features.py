@@ -85,6 +85,7 @@ def test_a_worker_error_is_explained_by_the_file_not_the_traceback():
     )
 
 
+@pytest.mark.slow
 def test_a_run_whose_worker_fails_records_the_file_without_a_traceback(tmp_path, tiny_cfg, monkeypatch):
     def broken(self, index):
         raise OSError(f"could not decode image {self.samples[index].image}: broken data stream")

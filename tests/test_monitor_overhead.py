@@ -4,9 +4,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_the_script_alternates_measured_and_unmeasured_runs_and_prints_both_figures(tmp_path):
     done = subprocess.run(
         [sys.executable, "scripts/monitor_overhead.py", "--repeats", "2", "--steps", "6", "--batch-size", "4"]

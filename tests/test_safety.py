@@ -10,6 +10,7 @@ import pytest
 from segperf.config import TOOL_CACHES
 
 
+@pytest.mark.slow
 def test_compiler_and_plotting_caches_go_to_the_segperf_cache_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in TOOL_CACHES} | {"SEGPERF_CACHE": str(tmp_path)}
     script = (
