@@ -216,7 +216,9 @@ def sweep_rows(args) -> list[dict]:
 
 
 def percent(rate: dict) -> str:
-    """A rate as the docs print it: 4.6% ±0.7 (points)."""
+    """A rate as the docs print it: 4.6% ±0.7 (points); 100% when every trial found it."""
+    if rate["value"] in (0.0, 1.0):
+        return f"{rate['value']:.0%} ±{100 * rate['plus_minus']:.2f}"
     digits = 2 if rate["plus_minus"] < 0.001 else 1
     return f"{rate['value']:.{digits}%} ±{100 * rate['plus_minus']:.{digits}f}"
 
