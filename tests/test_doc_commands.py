@@ -53,6 +53,10 @@ ALLOWED = {
         "run by tests/test_monitor_overhead.py::"
         "test_the_script_alternates_measured_and_unmeasured_runs_and_prints_both_figures"
     ),
+    "python scripts/decision_rule_rates.py": (
+        "run by tests/test_decision_rule_rates.py::"
+        "test_every_cell_is_simulated_and_printed_with_its_uncertainty_and_sweep_size"
+    ),
     "git clone <repo> fresh": "a fresh clone, as CI (.ci/run) starts from; its make targets are checked below",
     "for r in 0 1; do for cfg in": (
         "the shell loop of the tune's side by side in BENCHMARKS (runs alternated by hand); each of its runs is "
