@@ -17,6 +17,9 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 # A plain `pytest` runs it all in one process.
 TEST_WORKERS ?= 2
 PARALLEL    := -n $(TEST_WORKERS) --dist load
+# the files that hold `serial` tests: the serial pass collects only these (collecting the whole
+# suite to pick out a test or two took ~9 s of the fast tier)
+SERIAL_FILES := $(shell grep -rl --include='*.py' 'mark\.serial' tests)
 
 # the seed study's cumulative ladder: each step adds one optimization to the previous ones
 LADDER      := 0_baseline,1_prefetch,2_workers,3_pin,4_deconv,5_channels_last,6_compile,7_bf16
@@ -76,11 +79,11 @@ demo: setup  ## the main job: a baseline training run on the built-in data
 
 test: setup  ## the whole suite, slow tests included (what CI runs)
 	$(BIN)/python -m pytest $(PARALLEL) -m "not serial"
-	$(BIN)/python -m pytest -m serial
+	$(BIN)/python -m pytest -m serial $(SERIAL_FILES)
 
 test-fast: setup  ## only the fast tests
 	$(BIN)/python -m pytest $(PARALLEL) -m "not slow and not serial"
-	$(BIN)/python -m pytest -m "not slow and serial"
+	$(BIN)/python -m pytest -m "not slow and serial" $(SERIAL_FILES)
 
 ladder: setup  ## the cumulative ladder as one sweep, then its report (make ladder LADDER_ARGS="+repeat=0,1,2")
 	$(BIN)/python -m segperf.train -m +opt=$(LADDER) hydra.sweep.dir=$(LADDER_DIR) $(LADDER_ARGS)
