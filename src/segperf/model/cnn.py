@@ -21,8 +21,8 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from segperf.model.history import ValidationHistory, configure_adam
-from segperf.model.step_logging import TrainLossLogging
 from segperf.model.module import MemoryFormat, SegmentationModule
+from segperf.model.step_logging import TrainLossLogging
 
 SIDE = 28  # MNIST's image side
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the usual Normalize((0.1307,), (0.3081,)) of MNIST scripts
