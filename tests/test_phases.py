@@ -93,6 +93,29 @@ def test_the_tap_keeps_when_each_phase_call_happened_and_passes_every_call_on(mo
     assert trainer.profiler is users  # the user's profiler back after the fit
 
 
+def test_a_tapped_action_that_raises_or_nests_is_still_stopped_and_timed():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    from segperf.callbacks.profiler_tap import PhaseTap
+
+    users = SimpleProfiler()  # raises on an action started twice or stopped without a start
+    tap = PhaseTap.install(SimpleNamespace(profiler=users))
+    with pytest.raises(RuntimeError, match="in the step"):
+        with tap.profile("run_training_batch") as name:
+            assert name == "run_training_batch"
+            raise RuntimeError("in the step")
+    with tap.profile("run_training_batch"):
+        with tap.profile("[Callback]PerfMonitor.on_train_batch_end"):  # nested, then the same again
+            pass
+        with tap.profile("[Callback]PerfMonitor.on_train_batch_end"):
+            pass
+    assert len(tap.intervals["run_training_batch"]) == 2
+    assert users.current_actions == {}  # every action the user's profiler saw start, it saw stop
+    assert len(users.recorded_durations["[Callback]PerfMonitor.on_train_batch_end"]) == 2
+
+
 def test_a_step_splits_into_forward_backward_and_optimizer_step_that_add_up_to_it():
     steps = [(0.0, 1.0), (2.0, 3.0), (4.0, 5.0)]
     backward = [(0.2, 0.6), (2.3, 2.8), (None, None)]  # the last step never called backward

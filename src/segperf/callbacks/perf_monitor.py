@@ -95,6 +95,11 @@ class PerfMonitor(L.Callback):
         self.resources = ResourceMonitor(sample_interval_s) if measure else None
         self.mfu = MfuMonitor(batch_size_fn, peak_probe) if measure else None
         self.parts: list[L.Callback] = [p for p in (self.clock, self.resources, self.mfu) if p is not None]
+        # per forwarded hook, the parts that implement it, bound once: Lightning calls the per-step
+        # ones a few times a step, and most parts have nothing to do in most of them
+        self._forwards: dict[str, tuple] = {
+            name: tuple(getattr(p, name) for p in self.parts if overrides(p, name)) for name in FORWARDED_HOOKS
+        }
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.run_start: float | None = None
         self.trainer: L.Trainer | None = None
@@ -308,12 +313,19 @@ class PerfMonitor(L.Callback):
         return results
 
 
+def overrides(callback: L.Callback, hook: str) -> bool:
+    """Whether `callback` does anything in `hook` (Lightning's base Callback does nothing in any)."""
+    return getattr(type(callback), hook) is not getattr(L.Callback, hook)
+
+
 def _forward(name: str):
     def hook(self: PerfMonitor, *args: Any, **kwargs: Any) -> None:
-        entered = time.perf_counter()
-        for part in self.parts:
-            getattr(part, name)(*args, **kwargs)
-        self.hooks_s += time.perf_counter() - entered
+        methods = self._forwards[name]
+        if methods:
+            entered = time.perf_counter()
+            for method in methods:
+                method(*args, **kwargs)
+            self.hooks_s += time.perf_counter() - entered
 
     hook.__name__ = name
     return hook

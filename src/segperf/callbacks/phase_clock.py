@@ -54,6 +54,7 @@ class PhaseClock(L.Callback):
         self._before_backward: float | None = None
         self._after_backward: float | None = None
         self._events: list[list[Any]] = []  # CUDA: per step, events at start, backward, its end, step end
+        self._record_events = False  # CUDA with record_phases: decided once, at on_train_start
 
     def mark(self, name: str) -> float:
         self.marks[name] = now = time.perf_counter()
@@ -84,6 +85,7 @@ class PhaseClock(L.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.mark("train_start")
+        self._record_events = self.record_phases and trainer.strategy.root_device.type == "cuda"
         if self.warmup_steps == 0:
             self.marks["warmup_end"] = self.marks["train_start"]
 
@@ -106,7 +108,7 @@ class PhaseClock(L.Callback):
         self._batch_start = time.perf_counter()
         self._before_backward = self._after_backward = None
         self._end_pause(self._batch_start)
-        if self.record_phases and trainer.strategy.root_device.type == "cuda":
+        if self._record_events:
             self._events.append([self._device_event(), None, None, None])
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:

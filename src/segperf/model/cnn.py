@@ -22,6 +22,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.module import MemoryFormat, SegmentationModule
+from segperf.model.step_logging import TrainLossLogging
 
 SIDE = 28  # MNIST's image side
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the usual Normalize((0.1307,), (0.3081,)) of MNIST scripts
@@ -93,7 +94,7 @@ class DigitCNN(nn.Module):
         return "\n".join(lines)
 
 
-class ClassificationModule(ValidationHistory, L.LightningModule):
+class ClassificationModule(ValidationHistory, TrainLossLogging, L.LightningModule):
     """Cross-entropy and Adam (lr 1e-3; `scheduler` a learning-rate schedule stepped every step,
     see segperf.model.history.configure_adam); validation accuracy with torchmetrics, and with
     `top5` top-5 accuracy too where there are more than TOP_K classes (with fewer it is 1 for any
@@ -156,7 +157,7 @@ class ClassificationModule(ValidationHistory, L.LightningModule):
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         image, label = batch
         loss = F.cross_entropy(self(image), label)
-        self.log("train/loss", loss, on_step=True, batch_size=image.shape[0])  # a tensor: no host sync here
+        self.log_train_loss(loss, image.shape[0])  # at the steps the logger writes (segperf.model.step_logging)
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:

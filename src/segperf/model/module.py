@@ -16,12 +16,13 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.segmentation import DiceScore
 
 from segperf.model.history import ValidationHistory, configure_adam
+from segperf.model.step_logging import TrainLossLogging
 from segperf.model.unet import UNet
 
 MemoryFormat = Literal["nchw", "channels_last"]
 
 
-class SegmentationModule(ValidationHistory, L.LightningModule):
+class SegmentationModule(ValidationHistory, TrainLossLogging, L.LightningModule):
     """Trains a segmentation net with cross-entropy and Adam (lr 1e-4 and no schedule, as in the
     seed; `scheduler` is a learning-rate schedule stepped every training step, see
     segperf.model.history.configure_adam).
