@@ -41,7 +41,8 @@ class TrainLossLogging:
             self.log(TRAIN_LOSS, loss, on_step=True, batch_size=batch_size)
             self._unlogged_loss = None
         else:
-            self._unlogged_loss = (loss, batch_size)  # kept in case a callback stops the run at this step
+            # kept (without its autograd graph) in case a callback stops the run at this step
+            self._unlogged_loss = (loss.detach(), batch_size)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         # A callback's on_train_batch_end (before this hook) may stop the run at this step, and
