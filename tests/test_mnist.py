@@ -1,6 +1,7 @@
 """data=mnist: MNIST's IDX files are read (plain or gzipped), the built-in digits are written in
 that format, and the DataModule serves what the training run and the measurement expect."""
 
+import gc
 import gzip
 import shutil
 
@@ -83,6 +84,10 @@ def test_datamodule_serves_uint8_digits_through_the_resumable_loader(tiny_mnist)
     image, label = next(iter(train))
     assert (image.shape, image.dtype, label.shape, label.dtype) == ((32, 28, 28), torch.uint8, (32,), torch.int64)
     assert sum(len(batch[1]) for batch in dm.val_dataloader()) == 64
+    # the loader keeps its worker (persistent_workers): end it here, where it takes a moment, not when a
+    # later test's garbage collection finds the loader, where DataLoader waited 5 s for the worker to exit
+    del train, dm
+    gc.collect()
 
 
 def test_more_validation_images_than_the_test_file_holds_is_refused(tiny_mnist):

@@ -1,6 +1,7 @@
 """A whole training run leaves a correct record: results.json, summary, checkpoint, TensorBoard."""
 
 import json
+import threading
 
 import pytest
 import torch
@@ -67,6 +68,21 @@ def test_tensorboard_gets_losses_metrics_and_sample_panels(baseline_run):
     panel = events.Images("val/samples")[-1]
     # one row per sample (batch of 4): image | true mask | predicted mask
     assert (panel.width, panel.height) == (3 * 96, 4 * 64)
+
+
+def writer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if type(t).__name__ == "_AsyncWriterThread"}
+
+
+def test_a_run_leaves_no_tensorboard_writer_open_and_its_measurements_on_disk(tmp_path, tiny_cfg):
+    # segperf logs its measurements after Lightning has closed the logger (at the end of fit), which
+    # reopens TensorBoard's writer: left open, its events waited for the writer's timed flush and
+    # its thread outlived the run
+    before = writer_threads()
+    train(tiny_cfg("train_images=4"), tmp_path)
+    assert writer_threads() - before == set()
+    scalars = set(EventAccumulator(str(tmp_path)).Reload().Tags()["scalars"])
+    assert {"perf/train_samples_per_s", "phases/train_step_fraction", "resources/cpu_percent"} <= scalars
 
 
 def test_a_failing_run_still_writes_results_with_the_error(tmp_path, tiny_cfg):

@@ -128,8 +128,20 @@ class RunRecord:
                 callback.record(results)
         self._fill_in()
         self._write()
+        self._close_loggers()
         # Lightning turns a handled Ctrl-C into SystemExit: the run is recorded, nothing to raise
         return isinstance(error, SystemExit) and stopped_by is not None
+
+    def _close_loggers(self) -> None:
+        """Finalize the trainer's loggers again. Lightning finalizes them when fit (and the last
+        validate) returns; what this record logs after that (PerfMonitor's scalars, histograms and
+        resource series) makes TensorBoard's closed writer open a new event file with a writer
+        thread of its own, which nothing would close: its events waited for the thread's next
+        timed flush, and the thread outlived the run (a test process running runs one after another
+        collected them, and its next DataLoader worker then took 5 s to shut down)."""
+        status = "success" if self.results.get("status") == "completed" else "failed"
+        for logger in self.trainer.loggers if self.trainer is not None else []:
+            logger.finalize(status)
 
     def _fill_in(self) -> None:
         """What the run did, from whatever got built before it ended."""
