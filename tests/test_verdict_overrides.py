@@ -48,6 +48,7 @@ def verdicts(settings: dict) -> dict[str, dict]:
     }
 
 
+@pytest.mark.slow  # composes every suggested override of four runs: ~10 s of a fast tier kept to 2 minutes
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 @pytest.mark.parametrize("fast", [False, True], ids=["baseline", "fast"])
 def test_every_suggested_override_composes_and_changes_the_run(workload, fast):
