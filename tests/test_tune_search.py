@@ -23,7 +23,7 @@ from segperf.report.stats import compare_throughput
 from segperf.tune.journal import Journal, JournalError
 from segperf.tune.native import native_presets
 from segperf.tune.probe import Config, Probe
-from segperf.tune.search import FAILED, KEPT, NOT_APPLIED, SKIPPED, SLOWER, WORSE, Tuner
+from segperf.tune.search import FAILED, KEPT, NOT_APPLIED, SKIPPED, SLOWER, WORSE, Tuner, _stops_compiling
 from segperf.tune.space import Axis, merge
 
 START_SPEED = 10.0  # images/s of the start
@@ -524,3 +524,11 @@ def test_a_compile_that_buys_nothing_distinguishable_is_left_out_of_the_presets_
 def test_a_compile_that_is_distinguishably_faster_is_kept():
     result = tune(Workload({"compile=on": 1.5, "workers=auto": 1.5}), quality=False)
     assert "compile=on" in result.best
+
+
+def test_the_tie_rule_applies_only_to_the_same_configuration_without_compile():
+    assert _stops_compiling(("compile=off", "pin=on"), ("compile=on", "pin=on"))
+    assert _stops_compiling(("pin=on",), ("compile=on", "pin=on"))  # compile=off as the default, unspelt
+    # another configuration that happens not to compile is no tie-break of compile's
+    assert not _stops_compiling(("compile=off",), ("compile=on", "pin=on"))
+    assert not _stops_compiling(("compile=off", "pin=on"), ("compile=off", "pin=on"))

@@ -569,8 +569,10 @@ UNCOMPILED_TIE = (
 
 
 def _stops_compiling(candidate: Config, against: Config) -> bool:
-    """`candidate` is `against` without torch.compile (a tie then goes to the one that does not compile)."""
-    return "compile=on" in against and "compile=on" not in candidate
+    """`candidate` is `against` without torch.compile, every other setting the same (a tie then goes
+    to the one that does not compile)."""
+    differ = set(candidate) ^ set(against)
+    return "compile=on" in against and "compile=on" not in candidate and differ <= {"compile=on", "compile=off"}
 
 
 def _usable(probes: list[Probe]) -> list[Probe]:
