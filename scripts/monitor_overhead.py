@@ -43,7 +43,8 @@ class SmallCnn(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-def one_run(folder: Path, measure: bool, steps: int, batch_size: int) -> float:
+def one_run(folder: Path, measure: bool, steps: int, batch_size: int) -> tuple[float, float | None]:
+    """Samples/s of one run, and what measuring took by results.json (None unmeasured)."""
     generator = torch.Generator().manual_seed(0)
     samples = steps * batch_size
     data = TensorDataset(torch.randn(samples, 3, 32, 32, generator=generator), torch.randint(0, 10, (samples,)))
@@ -54,12 +55,8 @@ def one_run(folder: Path, measure: bool, steps: int, batch_size: int) -> float:
     )  # fmt: skip
     trainer.fit(SmallCnn(), DataLoader(data, batch_size=batch_size))
     results = json.loads((folder / "results.json").read_text())
-    if measure:
-        COSTS.append(results["measurement_cost"]["fraction"])
-    return results["train"]["images_per_s"]
-
-
-COSTS: list[float] = []  # each measured run's measurement_cost.fraction: its own time, measured directly
+    cost = results["measurement_cost"]["fraction"] if measure else None  # its own time, measured directly
+    return results["train"]["images_per_s"], cost
 
 
 def main() -> None:
@@ -70,15 +67,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/monitor-overhead"))
     args = parser.parse_args()
     rates: dict[bool, list[float]] = {True: [], False: []}
+    costs: list[float] = []
     for repeat in range(args.repeats):
         for measure in (True, False) if repeat % 2 == 0 else (False, True):  # alternate which goes first
             folder = args.out / f"{'measured' if measure else 'unmeasured'}-{repeat}"
-            rates[measure].append(one_run(folder, measure, args.steps, args.batch_size))
+            rate, cost = one_run(folder, measure, args.steps, args.batch_size)
+            rates[measure].append(rate)
+            if cost is not None:
+                costs.append(cost)
             print(f"repeat {repeat} measure={measure}: {rates[measure][-1]:,.1f} samples/s", flush=True)
     measured, unmeasured = statistics.median(rates[True]), statistics.median(rates[False])
     print(f"median samples/s: measured {measured:,.1f}, unmeasured {unmeasured:,.1f}")
     print(f"measured / unmeasured = {measured / unmeasured:.4f} (overhead {1 - measured / unmeasured:+.2%})")
-    print(f"measured directly (results.json measurement_cost.fraction), median: {statistics.median(COSTS):.2%}")
+    print(f"measured directly (results.json measurement_cost.fraction), median: {statistics.median(costs):.2%}")
 
 
 if __name__ == "__main__":
