@@ -13,7 +13,8 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 # the suite runs in TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0: in one process), each test
 # sent to whichever worker is free (--dist load; by module, --dist loadscope, tests/test_cli.py's runs,
 # about half the slow tier, would all wait for one worker; pytest 9.2 no longer honours xdist_group);
-# the few tests marked `serial` read how busy the machine is, so they run afterwards, alone.
+# the few tests marked `serial` read how busy the machine is, so they run afterwards, alone; they are
+# all slow tests too (tests/conftest.py refuses a fast one), so `make test-fast` has no serial pass.
 # A plain `pytest` runs it all in one process.
 TEST_WORKERS ?= 2
 PARALLEL    := -n $(TEST_WORKERS) --dist load
@@ -59,10 +60,12 @@ setup: $(STAMP)
 # Set-up in ~20 s rather than ~60 s: torch comes from pip (which reads this machine's pip
 # configuration, the TORCH line's --index-url included); the project and its ~100 dependencies
 # from uv, which fetches in parallel (pip: one index page after another), or from pip where uv
-# cannot be installed. Nothing is byte-compiled up front (torch alone is 12,000 modules, ~25 s
-# on 2 cores): each module is compiled once, the first time a process imports it, and cached in
-# the venv as Python does by default; PYTHONDONTWRITEBYTECODE, if the shell sets it, is cleared
-# for make's commands, or every process would compile torch and Lightning again (~6 s each).
+# cannot be installed. Not everything is byte-compiled up front (torch alone is 12,000 modules,
+# ~25 s on 2 cores): scripts/compile_bytecode.py compiles the folders the commands and tests
+# import from, on every core (~6 s; left to the first imports, the test workers each compiled
+# them at once, ~35 s); any other module is compiled the first time a process imports it and
+# cached in the venv, as Python does by default. PYTHONDONTWRITEBYTECODE, if the shell sets it,
+# is cleared for make's commands, or every process would compile torch and Lightning again.
 export PYTHONDONTWRITEBYTECODE :=
 EXTRAS := dev,onnx,slurm,docs
 
@@ -72,6 +75,7 @@ $(STAMP): pyproject.toml
 	($(BIN)/python -m pip install --quiet --no-compile uv \
 	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[$(EXTRAS)]") \
 	  || $(BIN)/python -m pip install --quiet --no-compile -e ".[$(EXTRAS)]"
+	$(BIN)/python scripts/compile_bytecode.py
 	touch $@
 
 demo: setup  ## the main job: a baseline training run on the built-in data
@@ -83,7 +87,6 @@ test: setup  ## the whole suite, slow tests included (what CI runs)
 
 test-fast: setup  ## only the fast tests
 	$(BIN)/python -m pytest $(PARALLEL) -m "not slow and not serial"
-	$(BIN)/python -m pytest -m "not slow and serial" $(SERIAL_FILES)
 
 ladder: setup  ## the cumulative ladder as one sweep, then its report (make ladder LADDER_ARGS="+repeat=0,1,2")
 	$(BIN)/python -m segperf.train -m +opt=$(LADDER) hydra.sweep.dir=$(LADDER_DIR) $(LADDER_ARGS)

@@ -8,6 +8,9 @@ import os
 import shutil
 import sys
 import tempfile
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -67,6 +70,20 @@ def share_the_cores_between_xdist_workers() -> None:
 
 
 share_the_cores_between_xdist_workers()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A `serial` test must also be `slow`: `make test-fast` has no serial pass (starting one cost
+    ~7 s of the fast tier), and its parallel pass leaves serial tests out."""
+    fast_serial = [
+        item.nodeid for item in items if item.get_closest_marker("serial") and not item.get_closest_marker("slow")
+    ]
+    if fast_serial:
+        raise pytest.UsageError(
+            f"mark these serial tests slow as well (make test-fast runs no serial test): {fast_serial}"
+        )
+
+
 # no progress bar or model summary in the test output; a logged step for every step
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.log_every_n_steps=1"]
 # small everything: 64x96 model input (divisible by 16), 240x160 source images; no peak probe (~1 s per
@@ -162,6 +179,21 @@ def tiny_cfg(tiny_carvana):
         return compose_config(*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", *overrides)
 
     return make
+
+
+@contextmanager
+def raises_from_loader(expected: type[BaseException], match: str | None = None) -> Iterator[pytest.ExceptionInfo]:
+    """pytest.raises for an error out of a DataLoader's iterator; the iterator's workers stop as soon
+    as the block ends.
+
+    Why: the error's traceback holds the iterator, and a multi-process iterator left to the garbage
+    collector waits 5 s for each worker to exit (torch's MP_STATUS_CHECK_INTERVAL): the collector has
+    already finalized the iterator's queues, so the stop message never reaches the worker. That 5 s
+    landed in whichever later test collected it. Clearing the traceback's finished frames drops the
+    iterator at once, while its queues still work."""
+    with pytest.raises(expected, match=match) as caught:
+        yield caught
+    traceback.clear_frames(caught.tb)
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict | None = None):

@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import DataLoader, Dataset
 
 from segperf.errors import explain, is_worker_error
-from tests.conftest import REPO, TINY
+from tests.conftest import REPO, TINY, raises_from_loader
 
 
 class KilledInAWorker(Dataset):
@@ -25,7 +25,7 @@ class KilledInAWorker(Dataset):
 
 
 def test_a_killed_worker_is_explained_by_the_signal_and_what_to_try():
-    with pytest.raises(RuntimeError) as caught:
+    with raises_from_loader(RuntimeError) as caught:
         next(iter(DataLoader(KilledInAWorker(), num_workers=1)))
     assert is_worker_error(caught.value)
     message = explain(caught.value)

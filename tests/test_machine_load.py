@@ -53,6 +53,7 @@ def _spin(seconds: float) -> None:
 SPIN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # a parallel test worker's changing load would read as the foreign process's
 def test_other_processes_cpu_during_the_run_is_measured_and_this_process_trees_own_is_not():
     # whatever else this machine runs meanwhile (another test run, a neighbour) is the floor each

@@ -23,7 +23,7 @@ from segperf.data.imagefolder.dataset import ImageFolderDataset
 from segperf.data.imagefolder.layout import ImageSample, scan_folder
 from segperf.data.skips import BadSamples, RunSkips, SkipLog
 from segperf.errors import explain
-from tests.conftest import compose_config, run_cli
+from tests.conftest import compose_config, raises_from_loader, run_cli
 from tests.messy_images import bad_files, write_messy_folder
 from tests.test_imagefolder import IMAGEFOLDER_TINY
 
@@ -99,7 +99,7 @@ def test_raise_mid_run_names_the_file_and_the_decode_check_without_the_workers_t
     broken = messy_library(tmp_path / "photos")
     failing = broken["zlib_broken"][0]
     loader = DataLoader(dataset_of([failing], BadSamples("raise")), num_workers=1)
-    with pytest.raises(Exception) as caught:
+    with raises_from_loader(Exception) as caught:
         next(iter(loader))
     message = explain(caught.value)
     assert message.startswith(f"could not decode image {failing}: ")

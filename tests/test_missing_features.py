@@ -11,6 +11,7 @@ from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.errors import explain, is_worker_error
 from segperf.model import SegmentationModule, UNet
 from segperf.training.run import train
+from tests.conftest import raises_from_loader
 
 
 def failing_backend(graph_module, example_inputs):
@@ -77,7 +78,7 @@ class BrokenFile(Dataset):
 
 
 def test_a_worker_error_is_explained_by_the_file_not_the_traceback():
-    with pytest.raises(OSError) as caught:
+    with raises_from_loader(OSError) as caught:
         next(iter(DataLoader(BrokenFile(), num_workers=1)))
     assert is_worker_error(caught.value) and "Traceback" in str(caught.value)
     assert explain(caught.value) == (
