@@ -173,6 +173,9 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
     quality = quality_measure(config, loader, launcher, settings, choices, notes)
     check_same_tune(sweep_dir, {"probe": probe, "quality": OmegaConf.to_container(settings.quality)})
     journal = Journal(sweep_dir / "journal.jsonl")
+    # the seed the start's learning run trains with: the guard confirms a failing run on the next one
+    seed = quality.seed(start) if quality is not None else None
+    seed = int(config.get("seed") or 0) if seed is None else seed
     tuner = Tuner(
         start,
         axes,
@@ -191,6 +194,7 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
         screen_factor=settings.probe.screen_factor or None,
         emulated=emulated,
         identity=speed.identity,
+        seed=seed,
     )
     for note in notes:
         say(f"note: {note}")
