@@ -397,6 +397,24 @@ def test_a_learning_run_that_gives_no_quality_is_rejected_without_a_second_seed(
     assert "its learning run gave no quality (RuntimeError: NaN loss)" in result.quality.reason
 
 
+def test_when_the_starts_second_seed_run_fails_the_start_side_is_its_first_run_and_the_reason_says_so():
+    workload = Workload({"precision=bf16": 2.0}, seed=1, quality_loss={"precision=bf16": {0: 0.03}})
+    measure = workload.quality
+
+    def start_crashes_on_seed_1(configs, limit):
+        return [
+            Probe(p.config, None, failed="OSError: disk full") if p.config == ("seed=1",) else p
+            for p in measure(configs, limit)
+        ]
+
+    workload.quality = start_crashes_on_seed_1
+    result = tune(workload, presets={}, quality=True)
+    check = result.quality
+    assert result.best == ("precision=bf16",) and check.verdict == "passed"  # mean of its two against the start's one
+    assert "against the start's " in check.reason and "none (seed 1: OSError: disk full)" in check.reason
+    assert f"mean {check.probes[0].quality:.3f}" in check.reason
+
+
 def test_on_a_start_with_its_own_seed_the_confirmation_trains_with_the_next_one_instead():
     workload = Workload({"precision=bf16": 2.0}, seed=1, quality_loss={"precision=bf16": {7: 0.05}})
     batches = recorded_quality_batches(workload)

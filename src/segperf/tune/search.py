@@ -369,19 +369,18 @@ class Tuner:
             check.probes.append(probe)
             runs, start_runs = [probe], [start_probe]
             loss = self._quality_loss(runs, start_runs)
-            if loss is not None and probe.quality is not None:
-                runs, start_runs = self._confirm(candidate, probe, best, notes)
-                confirmed = self._quality_loss(runs, start_runs)
-                if confirmed is None:
-                    alone = start_probe.quality - probe.quality
-                    notes.append(
-                        f"{label}: {self._qualities(runs, start_runs)}: within the tolerance of "
-                        f"{self.quality_tolerance} on the mean of two seeds (seed {self.seeds[0]} alone was "
-                        f"lower by {alone:.3f})"
-                    )
-                loss = confirmed
-            elif loss is None:
+            if loss is None:
                 notes.append(f"{label}: {self._qualities(runs, start_runs)}")
+            elif probe.quality is not None:  # short on one seed: confirmed on a second before it is rejected
+                runs, start_runs = self._confirm(candidate, probe, best, notes)
+                loss = self._quality_loss(runs, start_runs)
+                if loss is None:
+                    mean_loss = _mean_quality(start_runs) - _mean_quality(runs)
+                    notes.append(
+                        f"{label}: {self._qualities(runs, start_runs)}: lower by {mean_loss:.3f}, within the "
+                        f"tolerance of {self.quality_tolerance} on the mean of two seeds (seed {self.seeds[0]} "
+                        f"alone: lower by {start_probe.quality - probe.quality:.3f})"
+                    )
             if loss is None:
                 check.reason = "; ".join(notes)
                 if candidate == best:
