@@ -436,6 +436,7 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     args = [
         f"data.root={tiny_carvana}",
         *tiny,
+        "seed=3",  # the start's own seed: the quality guard would confirm a failing run on seed 4
         "tune.budget_minutes=1",
         "tune.probe.steps=2",
         "tune.probe.min_time_limit_s=20",
@@ -459,6 +460,7 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     assert (folder / "tuned.yaml").read_text() == preset.read_text()
     record = json.loads((folder / "tune.json").read_text())
     assert record["result"]["quality"]["probes"][0]["quality"] is not None  # the start's learning run
+    assert record["result"]["quality"]["seeds"] == [3, 4]  # the seed the start's learning job composes, and the next
     # the side-by-side's rows (its probes, when the budget paid for them; a tiny budget may not)
     assert [row["name"] for row in record["final_table"]] == ["start", "+opt=all compile=off", "tuned"]
     print(done.stdout)
