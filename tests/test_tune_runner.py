@@ -137,6 +137,20 @@ def test_a_quality_run_drops_the_starts_run_size_for_the_learning_runs():
     ]
 
 
+def test_the_quality_guards_confirming_run_keeps_its_own_seed_over_the_learning_runs_seed():
+    master = compose_tune()
+    quality = LaunchMeasure(
+        master, ComposingLoader(), None, kind="quality", probe=SPEED_PROBE, quality_runs=["size=demo", "seed=3"]
+    )
+    jobs = quality.job_overrides(("precision=bf16", "seed=4"), limit_s=None)
+    assert [o for o in jobs if o.startswith("seed=")] == ["seed=4"]  # one seed= on the job's command line
+    assert compose_tune(*jobs).seed == 4
+    # the seed the tune's start learns with, which the guard's confirmation adds one to
+    assert quality.seed(()) == 3 and quality.seed(("seed=9",)) == 9
+    assert LaunchMeasure(master, ComposingLoader(), None, kind="quality", probe=SPEED_PROBE).seed(()) == 0
+    assert quality.seed(("upsample=no_such_option",)) is None  # does not compose: the caller's default
+
+
 EXAMPLE = ["model=shapes_cnn", "data=shapes", "train_images=64", "val_images=32", "batch_size=16"]
 
 
@@ -336,6 +350,40 @@ def test_the_report_shows_each_step_the_path_the_quality_check_and_the_side_by_s
     assert "3.05 [3.00–3.10] ×2" in final
 
 
+def quality_rows(section: str) -> dict[str, list[str]]:
+    """The quality check's table: configuration -> its other cells (the header row under "configuration")."""
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines() if line.startswith("| ")]
+    return {row[0]: row[1:] for row in cells}
+
+
+def test_the_report_shows_both_seeds_qualities_of_a_configuration_the_guard_confirmed():
+    result = fake_result()
+    start, tuned = result.start, result.best
+    result.quality = QualityCheck(
+        0.02,
+        [Probe(start, None, quality=0.974, run_dir="runs/0"), Probe(tuned, None, quality=0.948, run_dir="runs/9")],
+        "passed",
+        "within the tolerance on the mean of two seeds",
+        seeds=[0, 1],
+        confirmations=[
+            Probe((*start, "seed=1"), None, quality=0.976, run_dir="runs/10"),
+            Probe((*tuned, "seed=1"), None, quality=0.970, run_dir="runs/11"),
+        ],
+    )
+    section = render({"result": result.to_dict(), "machine": {}}).split("## Quality check")[1]
+    rows = quality_rows(section)
+    assert rows["configuration"][:3] == ["quality (seed 0)", "quality (seed 1)", "mean"]
+    assert rows["start"][:3] == ["0.974", "0.976", "0.975"]
+    assert rows["upsample=deconv"][:3] == ["0.948", "0.970", "0.959"]  # the second seed on the same row
+    assert rows["upsample=deconv"][-1] == "runs/9, runs/11"
+    assert "judged on the mean of both seeds" in section
+    # a record from before the confirmation (no seeds, no confirmations) still reads
+    old = result.to_dict()
+    del old["quality"]["seeds"], old["quality"]["confirmations"]
+    rows = quality_rows(render({"result": old, "machine": {}}).split("## Quality check")[1])
+    assert rows["configuration"][0] == "quality" and rows["upsample=deconv"][0] == "0.948"
+
+
 def test_finish_writes_tuned_yaml_tune_json_and_the_report_and_prints_the_preset_last(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
     config = compose_tune(f"hydra.sweep.dir={tmp_path / 'tune'}")
@@ -388,6 +436,7 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     args = [
         f"data.root={tiny_carvana}",
         *tiny,
+        "seed=3",  # the start's own seed: the quality guard would confirm a failing run on seed 4
         "tune.budget_minutes=1",
         "tune.probe.steps=2",
         "tune.probe.min_time_limit_s=20",
@@ -411,6 +460,7 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     assert (folder / "tuned.yaml").read_text() == preset.read_text()
     record = json.loads((folder / "tune.json").read_text())
     assert record["result"]["quality"]["probes"][0]["quality"] is not None  # the start's learning run
+    assert record["result"]["quality"]["seeds"] == [3, 4]  # the seed the start's learning job composes, and the next
     # the side-by-side's rows (its probes, when the budget paid for them; a tiny budget may not)
     assert [row["name"] for row in record["final_table"]] == ["start", "+opt=all compile=off", "tuned"]
     print(done.stdout)

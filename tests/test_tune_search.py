@@ -53,7 +53,9 @@ PRESETS = {"+opt=all": ALL, "+opt=all compile=off": ("compile=off", "pin=on", "p
 
 class Workload:
     """The fake machine: `speeds` (override -> factor), `not_applied` / `failing` overrides, a
-    quality per override for learning runs, and `interrupt_after` probes a Ctrl-C."""
+    quality loss per override for learning runs (a number, or {training seed: loss} for a loss
+    that one seed's draw alone shows; a seed not listed loses nothing), and `interrupt_after`
+    probes a Ctrl-C."""
 
     def __init__(
         self,
@@ -111,6 +113,14 @@ class Workload:
         self.repeats = repeats
         return probes
 
+    def loss(self, override: str, config: Config) -> float:
+        """What `override` costs the quality of a learning run of `config` (trained with its seed= or 0)."""
+        loss = self.quality_loss.get(override, 0.0)
+        if isinstance(loss, dict):
+            seed = next((int(o.split("=")[1]) for o in config if o.startswith("seed=")), 0)
+            return loss.get(seed, 0.0)
+        return loss
+
     def _probe(self, kind: str, config: Config, repeat: int, limit: float | None, floor=None) -> Probe:
         rng = random.Random(f"{self.seed}/{kind}/{' '.join(config)}/{repeat}")
         images_per_s = self.speed(config) * math.exp(rng.gauss(0.0, self.noise))
@@ -118,7 +128,7 @@ class Workload:
         if repeat == 0:
             wall += sum(self.first_run_s.get(o, 0.0) for o in config)
         if kind == "quality":
-            quality = 0.98 - sum(self.quality_loss.get(o, 0.0) for o in config) + rng.gauss(0.0, 0.002)
+            quality = 0.98 - sum(self.loss(o, config) for o in config) + rng.gauss(0.0, 0.002)
             return Probe(config, images_per_s, quality=quality, wall_s=2 * wall)
         if any(o in self.failing for o in config):
             return Probe(config, None, wall_s=STARTUP_S, failed="RuntimeError: the compiler failed")
@@ -296,15 +306,130 @@ def test_the_quality_guard_rejects_a_faster_configuration_that_learns_worse_and_
     assert check.verdict == WORSE and check.fallback == result.best
     assert "precision=bf16" in check.reason and "beyond the tolerance" in check.reason
     [rejected] = [s for s in result.steps if s.verdict == WORSE]
+    # the rejection rests on two seeds each side, and the note names all four qualities
     start_quality, rejected_quality = (f"{p.quality:.3f}" for p in check.probes[:2])
+    start_again, rejected_again = (f"{p.quality:.3f}" for p in check.confirmations)
     assert "precision=bf16" in rejected.candidate
-    assert f"quality {rejected_quality} against the start's {start_quality}" in rejected.note
+    assert f"quality {rejected_quality} (seed 0) and {rejected_again} (seed 1)" in rejected.note
+    assert f"against the start's {start_quality} (seed 0) and {start_again} (seed 1)" in rejected.note
     assert [p.config for p in check.probes] == [(), ("precision=bf16", "workers=auto"), ("workers=auto",)]
+    # the fallback passed on its first run: no confirmation of it
+    assert [p.config for p in check.confirmations] == [("seed=1",), ("precision=bf16", "seed=1", "workers=auto")]
 
 
-def test_the_quality_guard_passes_a_configuration_that_learns_as_well():
-    result = tune(Workload({"precision=bf16": 2.0}, seed=1), presets={}, quality=True)  # seed: see above
+def recorded_quality_batches(workload: Workload) -> list[list[Config]]:
+    """The batches the quality guard hands the learning-run measure, as it hands them."""
+    batches, measure = [], workload.quality
+
+    def recording(configs, limit):
+        batches.append(list(configs))
+        return measure(configs, limit)
+
+    workload.quality = recording
+    return batches
+
+
+def test_the_quality_guard_passes_a_configuration_that_learns_as_well_without_a_second_seed():
+    workload = Workload({"precision=bf16": 2.0}, seed=1)  # seed: see above
+    batches = recorded_quality_batches(workload)
+    result = tune(workload, presets={}, quality=True)
     assert result.best == ("precision=bf16",) and result.quality.verdict == "passed"
+    assert batches == [[()], [("precision=bf16",)]] and result.quality.confirmations == []
+    assert result.quality.reason.startswith("precision=bf16: quality ") and "seed" not in result.quality.reason
+
+
+def test_a_configuration_below_the_start_on_one_seed_but_within_tolerance_on_the_mean_of_two_is_kept():
+    # seed 0's draw costs 0.03 (beyond the 0.02 tolerance), seed 1's nothing: the mean, 0.015, is within
+    workload = Workload({"precision=bf16": 2.0}, seed=1, quality_loss={"precision=bf16": {0: 0.03}})
+    batches = recorded_quality_batches(workload)
+    result = tune(workload, presets={}, quality=True)
+    check = result.quality
+    assert result.best == ("precision=bf16",) and check.verdict == "passed" and check.fallback is None
+    # the start and the candidate with the next seed, interleaved in one batch
+    assert batches == [[()], [("precision=bf16",)], [("seed=1",), ("precision=bf16", "seed=1")]]
+    assert check.seeds == [0, 1]
+    first, second = check.probes[1], check.confirmations[1]
+    assert check.probes[0].quality - first.quality > 0.02  # seed 0 alone would have rejected it
+    assert f"quality {first.quality:.3f} (seed 0) and {second.quality:.3f} (seed 1)" in check.reason
+    assert "within the tolerance of 0.02 on the mean of two seeds" in check.reason
+    assert not [s for s in result.steps if s.verdict == WORSE]
+
+
+def test_a_configuration_below_on_both_seeds_is_rejected_and_its_fallback_reuses_the_starts_second_seed():
+    axes = [*AXES, axis("upsample", "upconv", "deconv", learning=True)]
+    speeds = {"precision=bf16": 2.0, "upsample=deconv": 1.5, "workers=auto": 1.4}
+    workload = Workload(speeds, seed=1, quality_loss={"upsample=deconv": 0.05})
+    batches = recorded_quality_batches(workload)
+    result = tune(workload, axes=axes, presets={}, quality=True)
+    check = result.quality
+    best = batches[1][0]  # what the search found: precision and upsample are two learning changes to undo
+    assert {"precision=bf16", "upsample=deconv", "workers=auto"} <= set(best)
+    without_bf16 = tuple(o for o in best if o != "precision=bf16")
+    without_both = tuple(o for o in without_bf16 if o != "upsample=deconv")
+    assert result.best == without_both and check.verdict == WORSE and check.fallback == without_both
+    assert batches == [
+        [()],
+        [best],
+        [("seed=1",), merge(best, ("seed=1",))],  # the start's second seed, with the first confirmed
+        [without_bf16],
+        [merge(without_bf16, ("seed=1",))],  # the start's second-seed run reused, not rerun
+        [without_both],  # passes on its first run: not confirmed
+    ]
+    rejected = [s for s in result.steps if s.verdict == WORSE]
+    assert [s.candidate for s in rejected] == [best, without_bf16]
+    assert all(len(s.candidate_probes) == len(s.against_probes) == 2 for s in rejected)
+    assert all(s.against_probes == [check.probes[0], check.confirmations[0]] for s in rejected)
+    assert check.reason.count("beyond the tolerance") == 2
+
+
+def test_a_learning_run_that_gives_no_quality_is_rejected_without_a_second_seed():
+    workload = Workload({"precision=bf16": 2.0}, seed=1)
+    measure = workload.quality
+
+    def bf16_crashes(configs, limit):
+        probes = measure(configs, limit)
+        crashed = [Probe(p.config, None, failed="RuntimeError: NaN loss") for p in probes]
+        return [c if "precision=bf16" in p.config else p for p, c in zip(probes, crashed, strict=True)]
+
+    workload.quality = bf16_crashes
+    result = tune(workload, presets={}, quality=True)
+    assert result.best == () and result.quality.verdict == WORSE and result.quality.confirmations == []
+    assert "its learning run gave no quality (RuntimeError: NaN loss)" in result.quality.reason
+
+
+def test_when_the_starts_second_seed_run_fails_the_start_side_is_its_first_run_and_the_reason_says_so():
+    workload = Workload({"precision=bf16": 2.0}, seed=1, quality_loss={"precision=bf16": {0: 0.03}})
+    measure = workload.quality
+
+    def start_crashes_on_seed_1(configs, limit):
+        return [
+            Probe(p.config, None, failed="OSError: disk full") if p.config == ("seed=1",) else p
+            for p in measure(configs, limit)
+        ]
+
+    workload.quality = start_crashes_on_seed_1
+    result = tune(workload, presets={}, quality=True)
+    check = result.quality
+    assert result.best == ("precision=bf16",) and check.verdict == "passed"  # mean of its two against the start's one
+    assert "against the start's " in check.reason and "none (seed 1: OSError: disk full)" in check.reason
+    assert f"mean {check.probes[0].quality:.3f}" in check.reason
+
+
+def test_on_a_start_with_its_own_seed_the_confirmation_trains_with_the_next_one_instead():
+    workload = Workload({"precision=bf16": 2.0}, seed=1, quality_loss={"precision=bf16": {7: 0.05}})
+    batches = recorded_quality_batches(workload)
+    Tuner(
+        ("seed=7",),
+        AXES,
+        workload.measure,
+        budget_s=3600.0,
+        presets={},
+        clock=workload.clock,
+        quality=workload.quality,
+        identity=workload.identity,
+        seed=7,
+    ).run()
+    assert batches[2] == [("seed=8",), ("precision=bf16", "seed=8")]  # one seed= each: 7 replaced, not added
 
 
 def test_the_best_preset_is_adopted_without_what_the_machine_did_not_apply():
@@ -408,10 +533,10 @@ AVX2_SPEEDS = {  # bf16 and fp16 emulated: 10x slower; the data side pays, compi
 }
 
 
-def avx2_tune(seed: int, **kwargs):
+def avx2_tune(seed: int, speeds=AVX2_SPEEDS, quality_loss=None, **kwargs):
     """A 10-minute tune on the fake AVX2 machine, with the presets native.native_presets derives there."""
     presets, notes = native_presets(REAL_PRESETS, EMULATED, PRECISIONS)
-    workload = Workload(AVX2_SPEEDS, seed=seed, not_applied={"pin=on"})
+    workload = Workload(speeds, seed=seed, not_applied={"pin=on"}, quality_loss=quality_loss)
     result = tune(workload, axes=REAL_AXES, presets=presets, budget_s=600.0, quality=True, emulated=EMULATED, **kwargs)
     return workload, presets, notes, result
 
@@ -432,6 +557,46 @@ def test_ten_minutes_on_an_avx2_machine_visit_every_axis_and_end_at_the_fp32_fas
     assert workload.speed(result.best) >= 0.95 * fast_preset, result.best
     assert "precision=bf16" not in result.best and "precision=fp16" not in result.best
     assert workload.now <= 600.0 + 60.0  # at most one learning run over
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_on_an_avx2_machine_one_low_draw_of_deconvs_quality_does_not_cost_the_tune_its_fastest_preset(seed):
+    # docs/BENCHMARKS.md, a CPU without bf16 (simulated): the fp32 fast preset's learning run drew
+    # Dice 0.948 against the start's 0.974 and was rejected; without upsample=deconv (1.2-1.3x at
+    # 128x192) the tuned result fell below that preset. Here deconv's seed-0 draw is 0.03 low, its
+    # seed-1 draw is not: confirmed on the mean of two seeds, the preset is kept
+    speeds = AVX2_SPEEDS | {"upsample=deconv": 1.25}
+    workload, presets, _, result = avx2_tune(seed, speeds, quality_loss={"upsample=deconv": {0: 0.03}})
+    assert "upsample=deconv" in result.best and result.quality.verdict == "passed", result.quality.reason
+    assert len(result.quality.confirmations) == 2  # the start's and the tuned configuration's second seed
+    fast_preset = workload.speed(presets["+opt=all compile=off precision=fp32"])
+    assert workload.speed(result.best) >= 0.95 * fast_preset, result.best
+
+
+@pytest.mark.parametrize("interrupt_at", [1, 2, 3], ids=["mid-confirmation", "after-confirmation", "after-fallback"])
+def test_a_rerun_replays_the_guards_second_seed_runs_from_the_journal(tmp_path, interrupt_at):
+    speeds, loss = {"precision=bf16": 2.0, "workers=auto": 1.4}, {"precision=bf16": 0.2}
+    finished = Workload(speeds, seed=1, quality_loss=loss)
+    whole = journal_run(finished, tmp_path / "whole.jsonl")
+    assert whole.quality.confirmations  # the best was confirmed on a second seed, then rejected
+    # the start's second-seed run is the first probe of the confirming batch
+    confirming = finished.measured.index(("quality", ("seed=1",), 0))
+
+    workload = Workload(speeds, seed=1, quality_loss=loss, interrupt_after=confirming + interrupt_at)
+    with pytest.raises(KeyboardInterrupt):
+        journal_run(workload, tmp_path / "tune.jsonl")
+    recorded = set(Journal(tmp_path / "tune.jsonl").recorded())
+    before = len(workload.measured)
+    workload.interrupt_after = None
+    resumed = journal_run(workload, tmp_path / "tune.jsonl")
+
+    assert resumed == whole
+    assert not recorded & set(workload.measured[before:])  # nothing the journal has is measured again
+    confirmations = {("quality", p.config, 0) for p in whole.quality.confirmations}
+    if interrupt_at == 1:  # Ctrl-C inside the confirming batch: neither run was journaled, both run again
+        assert not confirmations & recorded and confirmations <= set(workload.measured[before:])
+    else:  # both were journaled: replayed, not run again
+        assert confirmations <= recorded
 
 
 def test_an_emulated_precision_is_tried_after_its_axis_native_options_once_and_briefly():
@@ -506,7 +671,9 @@ def test_a_budget_spent_before_the_quality_check_still_checks_the_best_rather_th
         quality=True,
     )
     assert worse.best == ("workers=auto",) and worse.quality.fallback == ("workers=auto",)
-    assert worse.quality.reason.count("ran past the budget") == 2
+    # the best's learning run, its confirming second-seed runs and the fallback's learning run
+    assert worse.quality.reason.count("ran past the budget") == 3
+    assert "the second-seed learning runs of precision=bf16 workers=auto ran past the budget" in worse.quality.reason
 
 
 def test_a_compile_that_buys_nothing_distinguishable_is_left_out_of_the_presets_and_the_axes():

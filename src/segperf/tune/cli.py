@@ -10,7 +10,9 @@ The quality guard is a short learning run of the start and of the tuned configur
 run size `tune.quality.runs` sets for the model (the U-Net: size=demo at 64x96, which reaches val
 Dice ~0.97 in about a minute on 2 cores; the CNN: size=mnist_demo, accuracy in seconds; a model
 not listed, such as a user's own: the start's own run size, `tune.quality.runs.default` on top),
-compared on validation quality (each run's `quality.metric`, negated where `quality.mode` is min).
+compared on validation quality (each run's `quality.metric`, negated where `quality.mode` is min);
+a configuration that falls short is learned again, with the start, on the start's seed + 1
+(segperf.tune.search, Tuner._guard), so the seed the start's learning job composes is handed on.
 Not loss-curve parity over the same batches: upsample=deconv is another
 net and bf16 other numerics, so their loss curves differ from the start's by design even when
 they learn as well; the question the guard answers is whether they do.
@@ -173,6 +175,9 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
     quality = quality_measure(config, loader, launcher, settings, choices, notes)
     check_same_tune(sweep_dir, {"probe": probe, "quality": OmegaConf.to_container(settings.quality)})
     journal = Journal(sweep_dir / "journal.jsonl")
+    # the seed the start's learning run trains with: the guard confirms a failing run on the next one
+    seed = quality.seed(start) if quality is not None else None
+    seed = int(config.get("seed") or 0) if seed is None else seed
     tuner = Tuner(
         start,
         axes,
@@ -191,6 +196,7 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
         screen_factor=settings.probe.screen_factor or None,
         emulated=emulated,
         identity=speed.identity,
+        seed=seed,
     )
     for note in notes:
         say(f"note: {note}")

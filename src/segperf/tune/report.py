@@ -17,6 +17,7 @@ from typing import Any
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
 from segperf.report.stats import Noise, compare_throughput, pooled_noise, summarize
+from segperf.tune.space import override_key
 
 VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
 
@@ -188,21 +189,44 @@ def quality_line(check: Mapping[str, Any] | None) -> str:
 
 
 def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> str:
+    """The quality check: the verdict, then one row per configuration checked with each seed's
+    quality (the second seed's only where the first run failed the guard and was confirmed) and
+    the mean the guard decided on. A record from before the confirming runs has one column."""
     if not check:
         return "Not checked (tune.quality.enabled=false, or no learning run is set for this model)."
-    rows = [
-        [
-            label(p.get("config") or [], start),
-            fmt_num(p.get("quality")),
-            p.get("quality_metric") or "",
-            p.get("failed") or "",
-            p.get("run_dir") or "",
+    seeds = check.get("seeds") or []
+    confirmations = {_unseeded(p.get("config") or []): p for p in check.get("confirmations") or []}
+    rows = []
+    for probe in check.get("probes") or []:
+        key = _unseeded(probe.get("config") or [])
+        runs = [probe, *([confirmations[key]] if key in confirmations else [])]
+        qualities = [p.get("quality") for p in runs]
+        mean = sum(qualities) / 2 if len(runs) == 2 and None not in qualities else None
+        seeded = [fmt_num(qualities[1]) if len(runs) == 2 else "", fmt_num(mean) if mean is not None else ""]
+        rows.append(
+            [label(key, _unseeded(start)), fmt_num(qualities[0]), *(seeded if len(seeds) == 2 else [])]
+            + [probe.get("quality_metric") or "", "; ".join(p["failed"] for p in runs if p.get("failed"))]
+            + [", ".join(p["run_dir"] for p in runs if p.get("run_dir"))]
+        )
+    lines = [f"Verdict: **{quality_line(check)}**; tolerance {check.get('tolerance')}.", ""]
+    headers = ["configuration", "quality", "metric", "failed", "run folder"]
+    if len(seeds) == 2:
+        first, second = seeds
+        headers = ["configuration", f"quality (seed {first})", f"quality (seed {second})", "mean"] + headers[2:]
+        lines += [
+            f"A configuration below the start's quality by more than the tolerance on its first run (seed "
+            f"{first}) is learned again with seed {second}, as the start is (once), and judged on the mean "
+            "of both seeds.",
+            "",
         ]
-        for p in check.get("probes") or []
-    ]
-    table = md_table(["configuration", "quality", "metric", "failed", "run folder"], rows, {1}) if rows else []
-    verdict = f"Verdict: **{quality_line(check)}**; tolerance {check.get('tolerance')}."
-    return "\n".join([verdict, "", *table])
+    numbers = set(range(1, len(headers) - 3))
+    return "\n".join([*lines, *(md_table(headers, rows, numbers) if rows else [])])
+
+
+def _unseeded(config: Sequence[str]) -> tuple[str, ...]:
+    """A configuration without its seed= override: the second-seed run of a configuration is the
+    same configuration, learned with another seed."""
+    return tuple(o for o in config if override_key(o) != "seed")
 
 
 def _figure(labels: Sequence[str], rows: int):

@@ -183,7 +183,11 @@ class LaunchMeasure:
         if self.kind == "quality":
             keep = RUN_SIZE_KEYS if self.keep_run_size else ("batch_size",) if self.keep_batch_size else ()
             drop = [k for k in RUN_SIZE_KEYS if k not in keep]
-            return merged(self.probe["overrides"], without_keys(config, drop), self.quality_runs)
+            own = without_keys(config, drop)
+            # the configuration's own seed wins over one in tune.quality.runs: the quality guard's
+            # confirming run (seed + 1) must not be put back on the first run's seed
+            seed = [o for o in own if override_key(o) == "seed"]
+            return merged(self.probe["overrides"], own, self.quality_runs, seed)
         batch = setting(config, "batch_size", self.master.batch_size)
         warmup = setting(config, "warmup_steps", self.master.warmup_steps)
         images = (warmup + self.probe["steps"]) * batch
@@ -194,6 +198,16 @@ class LaunchMeasure:
             screen = f"floor_images_per_s:{floor:.6g},timed_steps:{steps},warmup_steps:{warmup}"
             limit.append(f"+callbacks.tune_screen={{_target_:{SCREEN_TARGET},{screen}}}")
         return merged(self.probe["overrides"], config, size, limit)
+
+    def seed(self, config: Config) -> int | None:
+        """The seed a job of `config` trains with (its composed top-level `seed`: the default, the
+        configuration's own, or tune.quality.runs'), None when it does not compose or sets none."""
+        try:
+            composed = self.loader.load_sweep_config(self.master, self.job_overrides(config, None))
+        except Exception:  # Hydra's and OmegaConf's composition errors: reported when it is measured
+            return None
+        seed = composed.get("seed")
+        return int(seed) if isinstance(seed, int) else None
 
     def composition_problem(self, config: Config, overrides: list[str]) -> str | None:
         """One line when Hydra cannot compose the job (an option this workload has no group
