@@ -187,10 +187,14 @@ def shrunk_variance(logs: list[float], noise: Noise) -> float:
     dfs, as limma moderates a gene's variance). A configuration noisier than the rest keeps part
     of its own spread (it cannot hide behind a quiet pool); two runs alone (one df) cannot swing it."""
     own_df = len(logs) - 1
+    if own_df < 1:  # one run has no spread of its own: the sweep's noise is all there is
+        return noise.variance
     return (noise.df * noise.variance + own_df * statistics.variance(logs)) / (noise.df + own_df)
 
 
-def compare_throughput(a: Any, b: Any, noise: Noise | None = None, level: float = LEVEL) -> Comparison:
+def compare_throughput(
+    a: Any, b: Any, noise: Noise | None = None, level: float = LEVEL, min_runs: int = MIN_RUNS
+) -> Comparison:
     """`a` against `b` (images/s of each run): the ratio of geometric means, its `level` interval and
     whether that excludes 1. The one decision rule of segperf: the report, report.json, the
     charts, the tuner and `segperf.compare` all call it.
@@ -204,13 +208,17 @@ def compare_throughput(a: Any, b: Any, noise: Noise | None = None, level: float 
     freedom (t = 12.7), so a 2.7-3.4 against 8.4-8.5 images/s comparison came out "not
     distinguishable"; every configuration of a sweep ran on the same machine in the same hour and
     tells how much runs there wobble. tests/test_stats.py checks its rates on seeded simulated
-    sweeps. Needs MIN_RUNS values a side (None otherwise); identical repeats with no spread
-    anywhere decide by whether the means differ."""
+    sweeps. Needs `min_runs` values a side (None otherwise): MIN_RUNS for the report; the tuner,
+    which pools the noise of every configuration it measured, decides with one run of a side
+    (`min_runs=1` with `noise`: that side's noise is the pool's). Identical repeats with no
+    spread anywhere decide by whether the means differ."""
     xs, ys = present_numbers(a), present_numbers(b)
     log_a, log_b = _logs(xs), _logs(ys)
     if log_a is None or log_b is None:  # no log of a zero throughput: not decidable
         return Comparison(len(xs), len(ys), None, None, None, level, None)
-    if len(xs) < MIN_RUNS or len(ys) < MIN_RUNS:
+    if noise is None:  # without a sweep's noise, each side's own spread is all there is
+        min_runs = max(min_runs, MIN_RUNS)
+    if len(xs) < min_runs or len(ys) < min_runs or not xs or not ys:
         ratio = xs[0] / ys[0] if len(xs) == 1 and len(ys) == 1 else None
         return Comparison(len(xs), len(ys), ratio, None, None, level, None)
     noise = noise or pooled_noise([xs, ys])
