@@ -24,9 +24,22 @@ callbacks, logger, profiler, sampler, validation or checkpoints. The loss is the
 trainer, so (b) pays a call, not the logging. The device-side input conversion (uint8 to float,
 the memory layout) is the module's `on_after_batch_transfer`, essential work either way.
 
-Prints each run's images/s, the medians and segperf / raw (target >= 0.98), and the accounted
-share of each segperf run (target >= 0.99 for a run of a few hundred steps); writes all of it to
-OUT/framework_efficiency.json.
+Fairness on a shared, noisy machine:
+
+- `--warmup-rounds` (default 1) rounds of both sides run first and are not counted: the process's
+  first run pays one-off costs (allocator and oneDNN caches, the data's first read) that a
+  counted first run would charge to whichever side happened to go first.
+- Each run records `others_cores`, the cores other processes kept busy during it (segperf's
+  `machine_load`, for the raw side too). A run during which they kept more than `--busy-cores`
+  busy is run again, up to `--retries` times: on 2 cores, one busy neighbour stalls every
+  two-thread op of either side (20x slower steps were seen), which no pairing cancels.
+- Besides the ratio of medians, the repeats' paired ratios (segperf / raw of the same repeat,
+  run back to back) with their geometric mean and its 95% interval: the spread of the pairs is
+  the run-to-run noise the ratio carries.
+
+Prints each run's images/s, the medians and segperf / raw (target >= 0.98), the pairs, and the
+accounted share of each segperf run (target >= 0.99 for a run of a few hundred steps); writes all
+of it to OUT/framework_efficiency.json.
 """
 
 from __future__ import annotations
@@ -52,7 +65,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.callbacks.batch_size import batch_size
 from segperf.config import CONFIG_DIR, plain_config
+from segperf.perf.machine_load import cpu_clock, others_since
 from segperf.perf.results import write_json_atomic
+from segperf.report.stats import t_critical
 from segperf.training.adapt import adapt_to_machine
 from segperf.training.run import reset_global_state, train
 from segperf.training.workload import build_workload
@@ -60,6 +75,8 @@ from segperf.training.workload import build_workload
 WORKLOADS = {"unet": ["model=unet", "data=carvana"], "cnn": ["model=cnn", "data=mnist"]}
 WORKLOADS["resnet18"] = ["model=resnet18", "data=imagefolder"]
 TARGET_RATIO, TARGET_ACCOUNTED = 0.98, 0.99
+# a run during which other processes kept more cores than this busy is run again (see the docstring)
+BUSY_CORES, RETRIES = 0.1, 2
 AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 FULL_PRECISION = ("32-true", "32")
 # the settings both sides train with, recorded beside the figures (the rest is in each run's results.json)
@@ -98,12 +115,14 @@ def segperf_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "images_per_s": section["images_per_s"],
         # perf.measure=false times no phases: nothing to account
         "accounted_fraction": (results.get("accounted") or {}).get("fraction"),
+        "others_cores": (results.get("machine_load") or {}).get("others_cores"),
     }
 
 
 def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """(b): the same workload through a plain PyTorch loop (see the module docstring)."""
     reset_global_state()  # the global settings train() starts from
+    clock = cpu_clock()  # the run's machine load, measured as segperf's record measures it
     cfg = OmegaConf.create(resolved(cfg, run_dir))
     adapt_to_machine(cfg)  # what train() changes for this machine (pin_memory without CUDA)
     if cfg.num_threads:
@@ -118,7 +137,7 @@ def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     steps = workload.trainer_options.get("max_steps") or math.ceil(cfg.train_images / cfg.batch_size)
     optimizer, schedules = optimizer_of(module, steps)
     timed = time_steps(module, datamodule, optimizer, schedules, device, cfg, steps)
-    return {"side": "raw", "run_dir": str(run_dir), **timed}
+    return {"side": "raw", "run_dir": str(run_dir), **timed, "others_cores": others_since(clock)["others_cores"]}
 
 
 def resolved(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
@@ -231,29 +250,65 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def compare(cfg: DictConfig, repeats: int, out: Path, report=print) -> dict[str, Any]:
-    """`repeats` rounds of (a) and (b), alternating which goes first; the summary, also in
-    OUT/framework_efficiency.json."""
+def compare(
+    cfg: DictConfig,
+    repeats: int,
+    out: Path,
+    report=print,
+    warmup_rounds: int = 1,
+    busy_cores: float = BUSY_CORES,
+    retries: int = RETRIES,
+) -> dict[str, Any]:
+    """`warmup_rounds` uncounted rounds, then `repeats` rounds of (a) and (b), alternating which
+    goes first; the summary, also in OUT/framework_efficiency.json."""
+    for round_ in range(warmup_rounds):  # the process's one-off costs, paid by neither side's figures
+        for side in SIDES:
+            run = SIDES[side](cfg, out / f"warmup-{side}-{round_}")
+            report(f"warm-up round {round_} {side:>7}: {run['images_per_s'] or 0:,.2f} images/s (not counted)")
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
         for side in ("segperf", "raw") if repeat % 2 == 0 else ("raw", "segperf"):
-            run = (segperf_run if side == "segperf" else raw_run)(cfg, out / f"{side}-{repeat}")
+            run = quiet_run(side, cfg, out / f"{side}-{repeat}", busy_cores, retries, report)
             runs.append({"repeat": repeat, **run})
             accounted = f", accounted {run['accounted_fraction']:.1%}" if run.get("accounted_fraction") else ""
             rate = f"{run['images_per_s']:,.2f} images/s over {run['steps']} steps"
-            report(f"repeat {repeat} {side:>7}: {rate}{accounted}")
+            report(f"repeat {repeat} {side:>7}: {rate}{accounted}{load_note(run)}")
     summary = summarize(runs)
+    summary["warmup_rounds"], summary["busy_cores"] = warmup_rounds, busy_cores
     summary["config"] = {key: value for key, value in resolved(cfg, out).items() if key in RECORDED_KEYS}
     write_json_atomic(out / "framework_efficiency.json", summary)
     median = summary["median_images_per_s"]
     report(f"median images/s: segperf {median['segperf']:,.2f}, raw loop {median['raw']:,.2f}")
     report(f"segperf / raw = {summary['ratio']:.4f} (target >= {TARGET_RATIO})")
+    pairs = summary["pairs"]
+    interval = "" if pairs["low"] is None else f" [{pairs['low']:.3f}-{pairs['high']:.3f}] (95%)"
+    report(f"pairs: {', '.join(f'{r:.3f}' for r in pairs['ratios'])}; geometric mean {pairs['geomean']:.3f}{interval}")
     if summary["accounted_fraction"] is None:
         report("run accounted by segperf's phases: not measured (perf.measure=false)")
     else:
         least = summary["accounted_fraction"]["min"]
         report(f"run accounted by segperf's phases: at least {least:.1%} (target >= {TARGET_ACCOUNTED:.0%})")
     return summary
+
+
+def quiet_run(side: str, cfg: DictConfig, run_dir: Path, busy_cores: float, retries: int, report) -> dict[str, Any]:
+    """One run of `side`, run again (into run_dir-again-N) while other processes kept more than
+    `busy_cores` busy during it; the last attempt counts whatever the load, with its reading."""
+    busy: list[float] = []
+    folder = run_dir
+    while True:
+        run = SIDES[side](cfg, folder)
+        others = run.get("others_cores")
+        if others is None or others <= busy_cores or len(busy) >= retries:
+            return {**run, "busy_attempts": busy}
+        busy.append(others)
+        report(f"  {side}: other processes kept {others:.2f} cores busy during the run: running it again")
+        folder = run_dir.with_name(f"{run_dir.name}-again-{len(busy)}")
+
+
+def load_note(run: dict[str, Any]) -> str:
+    others = run.get("others_cores")
+    return "" if others is None else f", others {others:.2f} cores"
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -267,9 +322,31 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "median_images_per_s": median,
         "ratio": median["segperf"] / median["raw"],
         "target_ratio": TARGET_RATIO,
+        "pairs": paired_ratios(runs),
         "accounted_fraction": {"min": min(accounted), "median": statistics.median(accounted)} if accounted else None,
         "target_accounted_fraction": TARGET_ACCOUNTED,
     }
+
+
+def paired_ratios(runs: list[dict[str, Any]], level: float = 0.95) -> dict[str, Any]:
+    """segperf / raw of each repeat (its two runs ran back to back), their geometric mean and its
+    `level` interval (Student's t over the log ratios; none with a single pair)."""
+    by_repeat: dict[int, dict[str, float]] = {}
+    for run in runs:
+        by_repeat.setdefault(run.get("repeat", 0), {})[run["side"]] = run["images_per_s"]
+    ratios = [sides["segperf"] / sides["raw"] for _, sides in sorted(by_repeat.items()) if len(sides) == 2]
+    if not ratios:
+        return {"ratios": [], "geomean": None, "low": None, "high": None, "level": level}
+    logs = [math.log(r) for r in ratios]
+    centre = statistics.fmean(logs)
+    low = high = None
+    if len(logs) > 1:
+        half = t_critical(level, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        low, high = math.exp(centre - half), math.exp(centre + half)
+    return {"ratios": ratios, "geomean": math.exp(centre), "low": low, "high": high, "level": level}
+
+
+SIDES = {"segperf": segperf_run, "raw": raw_run}
 
 
 def main() -> None:
@@ -278,9 +355,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
     parser.add_argument("--out", type=Path, default=Path("outputs/framework-efficiency"))
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="uncounted rounds of both sides first (default 1)")
+    parser.add_argument(
+        "--busy-cores",
+        type=float,
+        default=BUSY_CORES,
+        help=f"run again a run during which other processes kept more cores busy (default {BUSY_CORES})",
+    )
+    parser.add_argument("--retries", type=int, default=RETRIES, help=f"times a busy run is rerun (default {RETRIES})")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m segperf.train takes them")
     args = parser.parse_intermixed_args()  # overrides before, between or after the options
-    compare(compose_config(args.workload, args.overrides, args.steps), args.repeats, args.out)
+    cfg = compose_config(args.workload, args.overrides, args.steps)
+    rounds = {"warmup_rounds": args.warmup_rounds, "busy_cores": args.busy_cores, "retries": args.retries}
+    compare(cfg, args.repeats, args.out, **rounds)
 
 
 if __name__ == "__main__":
