@@ -61,8 +61,8 @@ setup: $(STAMP)
 # configuration, the TORCH line's --index-url included); the project and its ~100 dependencies
 # from uv, which fetches in parallel (pip: one index page after another), or from pip where uv
 # cannot be installed. Not everything is byte-compiled up front (torch alone is 12,000 modules,
-# ~25 s on 2 cores): scripts/compile_bytecode.py compiles the folders the commands and tests
-# import from, on every core (~6 s; left to the first imports, the test workers each compiled
+# ~25 s on 2 cores): scripts/compile_bytecode.py compiles the ~4,500 modules the commands and
+# tests import, on every core (~5 s; left to the first imports, the test workers each compiled
 # them at once, ~35 s); any other module is compiled the first time a process imports it and
 # cached in the venv, as Python does by default. PYTHONDONTWRITEBYTECODE, if the shell sets it,
 # is cleared for make's commands, or every process would compile torch and Lightning again.

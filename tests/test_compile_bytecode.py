@@ -1,4 +1,4 @@
-"""scripts/compile_bytecode.py: `make setup` byte-compiles the folders the commands import from."""
+"""scripts/compile_bytecode.py: `make setup` byte-compiles the installed modules the commands import."""
 
 from __future__ import annotations
 
@@ -39,28 +39,39 @@ def compiled(folder: Path) -> set[str]:
     return {p.name for p in (folder / "__pycache__").glob(f"*.{TAG}.pyc")}
 
 
-def test_the_listed_folders_modules_are_compiled_in_parallel_and_nothing_else(tool, tmp_path):
+def test_the_listed_modules_are_compiled_in_parallel_and_nothing_else(tool, tmp_path):
     root = packages(tmp_path)
-    assert tool["compile_listed"](root, ["pkg", ".", "not/installed"], 2) == (3, 0)
-    assert compiled(root / "pkg") == {f"a.{TAG}.pyc", f"b.{TAG}.pyc"}
+    listed = {"pkg": ["a", "gone"], ".": ["top"], "not/installed": ["x"]}
+    assert tool["compile_listed"](root, listed, 2) == (2, 0)
+    assert compiled(root / "pkg") == {f"a.{TAG}.pyc"}
     assert compiled(root) == {f"top.{TAG}.pyc"}
-    assert not (root / "pkg" / "sub" / "__pycache__").exists()  # a subfolder is listed on its own
+    assert not (root / "pkg" / "sub" / "__pycache__").exists()
     assert not (root / "other" / "__pycache__").exists()
 
 
 def test_a_module_that_does_not_compile_is_counted_and_the_rest_still_compiled(tool, tmp_path):
     root = packages(tmp_path)
     (root / "pkg" / "broken.py").write_text("def (:\n")
-    assert tool["compile_listed"](root, ["pkg"], 2) == (3, 1)
+    assert tool["compile_listed"](root, {"pkg": ["a", "broken", "b"]}, 2) == (3, 1)
     assert compiled(root / "pkg") == {f"a.{TAG}.pyc", f"b.{TAG}.pyc"}
 
 
-def test_record_lists_the_folders_with_this_pythons_bytecode_but_not_the_installers(tool, tmp_path):
+def test_record_lists_the_modules_with_this_pythons_bytecode_but_not_the_installers(tool, tmp_path):
     root = packages(tmp_path)
-    tool["compile_listed"](root, ["pkg/sub", "other", "pip", "."], 1)
+    tool["compile_listed"](root, {"pkg/sub": ["c"], "other": ["d"], "pip": ["e"], ".": ["top"]}, 1)
     (root / "pkg" / "__pycache__").mkdir()
     (root / "pkg" / "__pycache__" / "a.cpython-30.pyc").write_bytes(b"")  # another Python's: not counted
-    assert tool["folders_with_bytecode"](root) == [".", "other", "pkg/sub"]
+    (root / "other" / "d.py").rename(root / "other" / "moved.py")  # bytecode without its source: not counted
+    assert tool["modules_with_bytecode"](root) == {".": ["top"], "pkg/sub": ["c"]}
+
+
+def test_the_recorded_list_is_what_the_compile_reads(tool, tmp_path, monkeypatch):
+    root = packages(tmp_path / "site")
+    tool["compile_listed"](root, {"pkg": ["a", "b"], ".": ["top"]}, 1)
+    monkeypatch.setitem(tool["main"].__globals__, "site_packages", lambda: root)
+    listing = tmp_path / "modules.txt"
+    assert tool["main"](["--record", "--list", str(listing)]) == 0
+    assert tool["listed_modules"](listing) == {".": ["top"], "pkg": ["a", "b"]}
 
 
 def test_a_missing_list_compiles_nothing_and_says_how_to_make_one(tmp_path):
@@ -82,8 +93,10 @@ def test_the_list_covers_the_installed_modules_a_training_run_imports(tool):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     loaded = json.loads(done.stdout)
     root = tool["site_packages"]()
-    listed = set(tool["listed_folders"](tool["LIST"]))
+    listed = {
+        root / folder / f"{name}.py" for folder, names in tool["listed_modules"](tool["LIST"]).items() for name in names
+    }
     installed = [Path(f) for f in loaded if f and f.endswith(".py") and Path(f).is_relative_to(root)]
-    missing = [f for f in installed if (f.parent.relative_to(root).as_posix() or ".") not in listed]
+    missing = [f for f in installed if f not in listed]
     assert len(installed) > 1000
     assert len(missing) <= 0.02 * len(installed), sorted(str(f.relative_to(root)) for f in missing)[:20]

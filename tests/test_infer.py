@@ -59,6 +59,19 @@ def tiny_run(tmp_path_factory, tiny_carvana):
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, tiny_carvana):
+    """A training run dir with checkpoints/last.ckpt of two steps of the same narrow U-Net (the
+    default recipe, BatchNorm included): for what inference does with any checkpoint, where
+    what the model learned does not matter (tiny_run's 80 steps cost ~6 s)."""
+    run_dir = tmp_path_factory.mktemp("short_run")
+    narrow = ["model.net.stem_channels=8", "model.net.level_channels=[8,16,32,64,128]"]
+    run_size = ["train_images=8", "batch_size=4", "val_every_images=8", "num_threads=1"]
+    results = train(compose_config(*TINY, f"data.root={tiny_carvana}", *narrow, *run_size), run_dir)
+    assert results["status"] == "completed"
+    return run_dir
+
+
 class Payload:
     """Pickles as a call to os.mkdir: loading it unsafely would create `marker`."""
 
@@ -69,8 +82,8 @@ class Payload:
         return (os.mkdir, (self.marker,))
 
 
-def test_infer_writes_counts_rates_and_the_training_runs_quality(tiny_run, tmp_path):
-    returned = run(tmp_path, f"run_dir={tiny_run}", "val_images=4", "warmup_batches=1")
+def test_infer_writes_counts_rates_and_the_training_runs_quality(short_run, tmp_path):
+    returned = run(tmp_path, f"run_dir={short_run}", "val_images=4", "warmup_batches=1")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results == json.loads(json.dumps(returned))
     assert (results["kind"], results["status"]) == ("inference", "completed")
@@ -92,7 +105,7 @@ def test_infer_writes_counts_rates_and_the_training_runs_quality(tiny_run, tmp_p
         "batch_size": 4,
     }
     # the same 4 validation images training scored at its end, so the same accuracy
-    trained = json.loads((tiny_run / "results.json").read_text())["quality"]
+    trained = json.loads((short_run / "results.json").read_text())["quality"]
     quality = results["quality"]
     assert quality["val_pixel_accuracy"] == pytest.approx(trained["val_pixel_accuracy"], abs=1e-4)
     assert quality["val_dice"] == pytest.approx(trained["val_dice"], abs=1e-4)
@@ -101,6 +114,7 @@ def test_infer_writes_counts_rates_and_the_training_runs_quality(tiny_run, tmp_p
     assert results["notices"] == [] and results["adjusted"] == {}
 
 
+@pytest.mark.slow  # needs tiny_run's learned model (~6 s of training)
 @pytest.mark.parametrize("precision, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
 def test_reduced_weight_precision_keeps_the_learned_models_car_masks(tiny_run, tmp_path, precision, dtype):
     # 4 images at the training size: a model trained at 64x96 is judged at 64x96
@@ -123,8 +137,8 @@ def test_reduced_weight_precision_keeps_the_learned_models_car_masks(tiny_run, t
     assert abs(quality["dice_change_vs_fp32"]) <= MAX_DICE_CHANGE
 
 
-def test_the_checkpoint_rebuilds_the_trained_norm_and_a_seed_era_one_loads_as_the_plain_net(tiny_run, tmp_path):
-    net = load_net(tiny_run / "checkpoints" / "last.ckpt")
+def test_the_checkpoint_rebuilds_the_trained_norm_and_a_seed_era_one_loads_as_the_plain_net(short_run, tmp_path):
+    net = load_net(short_run / "checkpoints" / "last.ckpt")
     assert net.config["norm"] == "batch"
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
     plain = UNet(stem_channels=4, level_channels=[4, 8])
@@ -138,9 +152,9 @@ def test_the_checkpoint_rebuilds_the_trained_norm_and_a_seed_era_one_loads_as_th
         assert torch.equal(old(x), plain.eval()(x))
 
 
-def test_a_dtype_the_device_cannot_run_falls_back_to_fp32_with_a_notice(tiny_run, tmp_path, monkeypatch):
+def test_a_dtype_the_device_cannot_run_falls_back_to_fp32_with_a_notice(short_run, tmp_path, monkeypatch):
     monkeypatch.setattr(infer_module, "probe_dtype", lambda *args: "no float16 conv kernel")
-    results = run(tmp_path, f"run_dir={tiny_run}", "precision=fp16", *SMALL)
+    results = run(tmp_path, f"run_dir={short_run}", "precision=fp16", *SMALL)
     assert results["adjusted"]["precision"] == {
         "requested": "16-mixed",
         "used": "32-true",
@@ -229,18 +243,18 @@ def test_only_the_torch_runtime_warns_that_reduced_precision_is_emulated_on_this
     assert OnnxRuntime().dtype_notice("bf16-mixed", cpu) is None  # its own kernels, or a fallback to fp32
 
 
-def test_any_runtime_class_named_by_target_is_what_runs(tiny_run, tmp_path):
+def test_any_runtime_class_named_by_target_is_what_runs(short_run, tmp_path):
     CountingRuntime.forwards = 0
     target = f"runtime._target_={__name__}.CountingRuntime"
-    results = run(tmp_path, f"run_dir={tiny_run}", target, "runtime.name=counting", *SMALL)
+    results = run(tmp_path, f"run_dir={short_run}", target, "runtime.name=counting", *SMALL)
     assert results["status"] == "completed" and results["axes"]["runtime"] == "counting"
     assert CountingRuntime.forwards == 2  # one batch of 2 images, end-to-end and model-only
     assert results["quality"]["agreement_vs_fp32"] == 1.0
 
 
-def test_a_runtime_config_without_a_target_is_refused_in_one_line(tiny_run, tmp_path):
+def test_a_runtime_config_without_a_target_is_refused_in_one_line(short_run, tmp_path):
     with pytest.raises(InferenceError, match="runtime='torch': use runtime=torch or runtime=onnxruntime"):
-        run(tmp_path, f"run_dir={tiny_run}", "~runtime._target_", *SMALL)
+        run(tmp_path, f"run_dir={short_run}", "~runtime._target_", *SMALL)
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
 
 
@@ -267,10 +281,10 @@ def test_onnxruntime_exports_the_model_and_agrees_with_torch(tiny_run, tmp_path)
     assert results["inference"]["images"] == 2 and results["inference"]["model_images_per_s"] > 0
 
 
-def test_onnxruntime_missing_says_how_to_install_it(tiny_run, tmp_path, monkeypatch):
+def test_onnxruntime_missing_says_how_to_install_it(short_run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
     with pytest.raises(InferenceError, match=r"pip install -e \.\[onnx\]"):
-        run(tmp_path, f"run_dir={tiny_run}", "runtime=onnxruntime", *SMALL)
+        run(tmp_path, f"run_dir={short_run}", "runtime=onnxruntime", *SMALL)
 
 
 def cli(args: list[str], cwd) -> subprocess.CompletedProcess:

@@ -20,10 +20,10 @@ SLOW_PEAK = 1e3  # FLOP/s: any real run beats it
 @pytest.fixture(scope="module")
 def beaten_run(tmp_path_factory, tiny_carvana):
     from segperf.training.run import train
-    from tests.conftest import TINY, compose_config
+    from tests.conftest import NARROW_UNET, TINY, compose_config
 
     run_dir = tmp_path_factory.mktemp("beaten")
-    cfg = compose_config(*TINY, f"data.root={tiny_carvana}", "perf.peak_probe=true")
+    cfg = compose_config(*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", "perf.peak_probe=true")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SEGPERF_CACHE", str(tmp_path_factory.mktemp("cache")))
         patch.setattr(peak_module, "kernel_peak", lambda device, dtype: PeakReading(SLOW_PEAK, "a slow fake", 0.0))

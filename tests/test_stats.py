@@ -122,12 +122,14 @@ def _simulated_calls(seed: int, shift: float, outliers: float):
     return false_calls / equal, covered / compared, found / SWEEPS
 
 
+@pytest.mark.slow  # thousands of simulated sweeps (~2 s): test_decision_rule_rates checks a small table fast
 def test_equal_configurations_of_a_noisy_sweep_are_called_distinguishable_in_at_most_5_percent():
     false_calls, coverage, _ = _simulated_calls(seed=27, shift=1.3, outliers=0.05)
     assert false_calls <= 0.05  # measured 4.9% (4.4% under another seed)
     assert coverage >= 0.93  # measured 95.1%
 
 
+@pytest.mark.slow  # thousands of simulated sweeps (~2 s): test_decision_rule_rates checks a small table fast
 def test_a_1_3x_difference_at_3_percent_noise_is_found_with_two_runs_a_side():
     _, coverage, found = _simulated_calls(seed=127, shift=1.3, outliers=0.0)
     assert found >= 0.90  # measured 99.95%
