@@ -12,6 +12,7 @@ installed is skipped; a module outside the list is still compiled when first imp
 stale list costs time, never correctness.
 
     python scripts/compile_bytecode.py           # compile the listed modules (make setup does this)
+    python scripts/compile_bytecode.py --package torch  # torch's only
     python scripts/compile_bytecode.py --record  # rewrite the list from the bytecode in the venv now
 
 To refresh the list after a dependency changes: a fresh clone, `make test`, then `--record`.
@@ -90,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="rewrite the list from the venv's bytecode")
     parser.add_argument("--list", type=Path, default=LIST, help="the list of modules (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--package",
+        help="only the listed modules of this package (make setup compiles torch's while uv installs the rest)",
+    )
     args = parser.parse_args(argv)
     root = site_packages()
     if args.record:
@@ -104,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.list.is_file():
         print(f"{args.list}: no such list; nothing compiled (run with --record to make one)", file=sys.stderr)
         return 0
-    files, failed = compile_listed(root, listed_modules(args.list), max(1, args.workers))
+    modules = listed_modules(args.list)
+    if args.package:
+        modules = {folder: names for folder, names in modules.items() if folder.split("/")[0] == args.package}
+    files, failed = compile_listed(root, modules, max(1, args.workers))
     print(f"byte-compiled {files} modules of {root} in {max(1, args.workers)} processes ({failed} did not compile)")
     return 0
 

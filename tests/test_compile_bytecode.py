@@ -72,6 +72,10 @@ def test_the_recorded_list_is_what_the_compile_reads(tool, tmp_path, monkeypatch
     listing = tmp_path / "modules.txt"
     assert tool["main"](["--record", "--list", str(listing)]) == 0
     assert tool["listed_modules"](listing) == {".": ["top"], "pkg": ["a", "b"]}
+    for pyc in root.rglob("*.pyc"):
+        pyc.unlink()
+    assert tool["main"](["--list", str(listing), "--package", "pkg"]) == 0  # one package's modules only
+    assert compiled(root / "pkg") == {f"a.{TAG}.pyc", f"b.{TAG}.pyc"} and compiled(root) == set()
 
 
 def test_a_missing_list_compiles_nothing_and_says_how_to_make_one(tmp_path):

@@ -204,6 +204,7 @@ def test_reduced_precision_on_a_cpu_without_native_support_gets_a_notice():
 LADDER = ["0_baseline", "1_prefetch", "2_workers", "3_pin", "4_deconv", "5_channels_last", "6_compile", "7_bf16"]
 
 
+@pytest.mark.slow  # composes every case (~2 s); `make test` (CI) runs it
 def test_ladder_presets_add_one_optimization_per_step_on_top_of_the_previous():
     order = ["prefetch", "workers", "pin", "upsample", "memory_format", "compile", "precision"]
     assert sorted(p.stem for p in (CONFIG_DIR / "opt").glob("*.yaml")) == sorted([*LADDER, "all"])

@@ -479,6 +479,7 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     assert cfg.model.net.upsample in ("upconv", "deconv")
 
 
+@pytest.mark.slow  # composes every case (~2 s); `make test` (CI) runs it
 def test_the_tuning_pages_commands_compose(tiny_carvana):
     """Every `python -m segperf.tune` line of the tuning page's first block (docs/tuning.md), and
     `make tune`'s example, composes as the tune's start (the settings checks included)."""

@@ -88,6 +88,7 @@ def test_batch_size_is_an_axis_only_when_asked(unet):
     assert axis.changes_learning and axis.start == (f"batch_size={size}",)
 
 
+@pytest.mark.slow  # composes every case (~2 s); `make test` (CI) runs it
 def test_every_option_composes_with_the_workload(unet, cnn):
     """Each override string is one Hydra takes on top of the workload (a group option that does not
     exist, or a key the schema does not have, would fail every probe of it)."""
