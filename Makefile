@@ -71,13 +71,14 @@ EXTRAS := dev,onnx,slurm,docs
 
 # uv is installed while torch is (two pip processes, two packages), and torch's modules are
 # compiled while uv installs the rest (~5 s less); then the rest and the project's own src/.
+# (`wait` in this shell, not in a ( subshell ), which cannot wait for its parent's jobs.)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --no-compile uv & uv=$$!; \
 	$(BIN)/python -m pip install --quiet --no-compile "$(firstword $(TORCH))" $(wordlist 2,99,$(TORCH)) \
 	  || { wait $$uv; exit 1; }; \
 	$(BIN)/python scripts/compile_bytecode.py --package torch & compiling=$$!; \
-	(wait $$uv && $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[$(EXTRAS)]") \
+	{ wait $$uv && $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[$(EXTRAS)]"; } \
 	  || $(BIN)/python -m pip install --quiet --no-compile -e ".[$(EXTRAS)]" \
 	  || { wait $$compiling; exit 1; }; \
 	wait $$compiling
