@@ -136,6 +136,7 @@ def test_every_bad_value_is_listed_at_once(capsys):
     assert keys == ["data.decode", "images", "min_seconds"]
 
 
+@pytest.mark.slow  # Hydra's help lists every config group (~2 s)
 def test_help_and_cfg_job_are_hydras_and_run_nothing(tmp_path, capsys):
     assert main(["data", "--help"]) == 0
     helped = capsys.readouterr().out

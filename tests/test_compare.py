@@ -130,6 +130,7 @@ def test_one_run_a_side_is_too_few_to_judge_noise(tmp_path, capsys):
     assert "too few completed runs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a subprocess; the in-process tests check each exit status
 def test_the_command_line_exits_with_the_decision(tmp_path):
     ref, cand = side(tmp_path, "ref", workers=2), side(tmp_path, "cand", workers=0)
     done = subprocess.run(

@@ -40,6 +40,7 @@ def github_anchors(page: Path) -> set[str]:
     return anchors
 
 
+@pytest.mark.slow  # mkdocs builds the whole site (~1 s, more on a busy machine)
 def test_the_site_builds_with_strict_checks(tmp_path):
     """`make docs` as CI has it: a broken link or anchor between pages, a page missing from the
     nav, or a missing image stops the build."""

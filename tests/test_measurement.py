@@ -180,6 +180,7 @@ def test_summary_shows_gpu_columns_when_there_are_gpu_numbers():
     assert "train_step" in text and "2,548 MiB" in text and "68.2%" in text
 
 
+@pytest.mark.slow  # torch.profiler over a run (~1.5 s)
 def test_profile_ops_writes_the_top_operator_table_and_a_trace(tmp_path, tiny_cfg):
     results = train(tiny_cfg("train_images=20", "val_every_images=1000", "profile=ops"), tmp_path)
     ops = results["ops"]

@@ -46,6 +46,7 @@ def test_an_error_in_an_uncompiled_model_is_not_swallowed():
         module(torch.rand(1, 3, 15, 16))
 
 
+@pytest.mark.slow  # a whole run; test_a_compiler_that_fails_at_the_first_call_falls_back_to_eager_once stays fast
 def test_a_run_whose_compiler_fails_completes_and_records_the_adjustment(tmp_path, tiny_cfg, monkeypatch):
     real_compile = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: real_compile(self, backend=failing_backend))

@@ -238,6 +238,7 @@ def test_a_single_run_dir_reads_as_a_one_run_sweep(tmp_path):
     assert [c.label for c in sweep.configurations()] == ["run"]
 
 
+@pytest.mark.slow  # a subprocess; the in-process report tests are fast
 def test_cli_prints_the_report_path_last(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "segperf.report", str(REPEATS), "--out", str(tmp_path)],
@@ -257,6 +258,7 @@ def test_cli_on_a_folder_without_runs_fails_with_one_clear_line(tmp_path, capsys
     assert "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a subprocess; test_architecture checks the imports fast
 def test_the_report_runs_without_torch_or_the_data_model_and_training_code():
     # a report can be made on a laptop without a GPU stack, long after the sweep
     probe = (

@@ -30,6 +30,7 @@ def idle_sampler(nvml=None, gpu_index=None) -> ResourceSampler:
     return ResourceSampler(interval_s=3600, gpu_index=gpu_index, nvml=nvml).start()
 
 
+@pytest.mark.slow  # a child that spins for a second; test_tree_rss_includes_a_child_holding_memory stays fast
 def test_tree_cpu_includes_child_processes():
     with ResourceSampler(interval_s=0.05, children_refresh_s=0.1) as sampler:
         time.sleep(0.3)
@@ -181,6 +182,7 @@ def test_start_stop_idempotent():
     assert n >= 3 and len(sampler.samples) == n and not sampler._thread.is_alive()
 
 
+@pytest.mark.slow  # samples for a second and more
 def test_overhead_at_50ms_is_small():
     with ResourceSampler(interval_s=0.05) as sampler:
         time.sleep(1.5)
