@@ -17,7 +17,7 @@ from typing import Any
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
 from segperf.report.stats import Noise, compare_throughput, pooled_noise, summarize
-from segperf.tune.space import override_key
+from segperf.tune.space import without_keys
 
 VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
 
@@ -226,7 +226,7 @@ def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> st
 def _unseeded(config: Sequence[str]) -> tuple[str, ...]:
     """A configuration without its seed= override: the second-seed run of a configuration is the
     same configuration, learned with another seed."""
-    return tuple(o for o in config if override_key(o) != "seed")
+    return tuple(without_keys(config, ["seed"]))
 
 
 def _figure(labels: Sequence[str], rows: int):

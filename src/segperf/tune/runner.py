@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from segperf.tune.probe import Config, Probe
-from segperf.tune.space import override_key
+from segperf.tune.space import override_key, without_keys
 
 # what a probe sets itself (the start's own values of these keys are replaced)
 PROBE_SIZE_KEYS = ("train_images", "val_images", "val_every_images", "trainer.max_time", "callbacks.tune_screen")
@@ -66,11 +66,6 @@ def merged(*groups: Iterable[str]) -> list[str]:
             by_key.pop(override_key(override), None)
             by_key[override_key(override)] = override
     return list(by_key.values())
-
-
-def without_keys(overrides: Iterable[str], keys: Iterable[str]) -> list[str]:
-    drop = set(keys)
-    return [o for o in overrides if override_key(o) not in drop]
 
 
 def max_time(limit_s: float) -> str:

@@ -60,6 +60,12 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def without_keys(overrides: Iterable[str], keys: Iterable[str]) -> list[str]:
+    """`overrides` less those that set one of `keys` (override_key)."""
+    drop = set(keys)
+    return [o for o in overrides if override_key(o) not in drop]
+
+
 def axes(cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = False) -> list[Axis]:
     """The speed axes of the workload `cfg` composes (a DictConfig or its plain container), with
     `choices` (hydra.runtime.choices) telling which option of each group it was composed with,
