@@ -116,10 +116,14 @@ def test_a_probe_is_the_configuration_at_the_probe_size_with_the_time_limit_last
         "val_images=4",
         "val_every_images=20",
         "trainer.max_time='00:00:01:15'",
+        # stopped inside a step at three times the limit: one step of fp16 emulated took 177 s
+        "+callbacks.tune_time_limit={_target_:segperf.callbacks.hard_time_limit.HardTimeLimit,seconds:222.6}",
     ]
     job = compose_tune(*jobs)
     assert job.train_images == 20 and job.trainer.max_time == "00:00:01:15"
+    assert job.callbacks.tune_time_limit.seconds == pytest.approx(222.6)
     assert "last_checkpoint" not in job.callbacks and job.data.num_workers > 0
+    assert "tune_time_limit" not in str(job.hydra.job.override_dirname)  # run folders are named after the candidate
 
 
 def test_a_quality_run_drops_the_starts_run_size_for_the_learning_runs():
@@ -545,6 +549,61 @@ def test_a_screened_probe_is_read_as_screened_with_its_rate_not_as_cut(tmp_path)
     record["tune_screen"] = {"floor_images_per_s": 1.0, "timed_steps": 2, "images_per_s": 0.41, "screened_out": True}
     probe = probe_from_results(("precision=bf16",), run_folder(tmp_path, "6_", record), limited=True)
     assert probe.screened and not probe.cut and probe.images_per_s == 0.4 and probe.failed is None
+
+
+def test_the_hard_limit_stops_a_step_that_runs_far_past_it_inside_the_step(tmp_path):
+    import time
+
+    import lightning as L
+    import torch
+
+    from segperf.callbacks.hard_time_limit import HardTimeLimit, TimeLimitReached
+
+    class SlowSecondStep(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 1:
+                time.sleep(60)  # one step far past the limit: max_time would wait for its end
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 2)), batch_size=2)
+    limit = HardTimeLimit(seconds=1.0)
+    trainer = L.Trainer(
+        callbacks=[limit], max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    started = time.monotonic()
+    with pytest.raises(TimeLimitReached, match="hard time limit of 1 s of training, inside step 2"):
+        trainer.fit(SlowSecondStep(), loader)
+    assert time.monotonic() - started < 30  # not the 60 s step
+    found = {}
+    limit.record(found)
+    assert found["time_limit"] == {"hard_limit_s": 1.0, "reached": True, "steps_done": 1, "not_armed": None}
+    assert signal_handler_is_default()  # disarmed: the process's SIGALRM is as it was
+
+
+def signal_handler_is_default() -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_a_probe_stopped_inside_a_step_by_the_hard_limit_is_cut_with_no_rate(tmp_path):
+    record = results(status="failed", images_per_s=None, steps_done=0, steps_total=10)
+    record["error"] = "TimeLimitReached: stopped at the hard time limit of 21 s of training, inside step 1"
+    record["time_limit"] = {"hard_limit_s": 21.0, "reached": True, "steps_done": 0, "not_armed": None}
+    probe = probe_from_results(("precision=fp16",), run_folder(tmp_path, "7_", record), limited=True)
+    assert probe.cut and probe.images_per_s is None
+    assert probe.failed == "cut inside step 1 at the hard time limit of 21 s"
+    record["time_limit"]["reached"] = False  # armed but not reached: the run's own status decides
+    probe = probe_from_results(("precision=fp16",), run_folder(tmp_path, "8_", record), limited=True)
+    assert not probe.cut and probe.failed.startswith("TimeLimitReached")
 
 
 def test_configurations_that_compose_the_same_run_have_one_identity():

@@ -8,7 +8,9 @@ validates once), no checkpoint. A per-probe time limit becomes `trainer.max_time
 Timer stops training after the step that passes it and the run ends like a finished one, its
 images/s of the steps it did after warm-up, so the probe is marked cut rather than failed. The
 limit counts from the first training step (Lightning's Timer starts there): a probe's start-up
-(building the data and the net, filling a cache) is not cut, only what it spends training.
+(building the data and the net, filling a cache) is not cut, only what it spends training. A
+single step that runs far past the limit is stopped inside it at HARD_LIMIT_FACTOR times the
+limit (segperf.callbacks.hard_time_limit): such a probe is marked cut too, with no images/s.
 A screening floor (images/s) adds segperf.callbacks.screen_out.ScreenOut to the job's callbacks: a probe
 below it after its first `tune.probe.screen_steps` timed steps stops there and is marked screened.
 
@@ -34,8 +36,20 @@ from segperf.tune.probe import Config, Probe
 from segperf.tune.space import override_key, without_keys
 
 # what a probe sets itself (the start's own values of these keys are replaced)
-PROBE_SIZE_KEYS = ("train_images", "val_images", "val_every_images", "trainer.max_time", "callbacks.tune_screen")
+PROBE_SIZE_KEYS = (
+    "train_images",
+    "val_images",
+    "val_every_images",
+    "trainer.max_time",
+    "callbacks.tune_screen",
+    "callbacks.tune_time_limit",
+)
 SCREEN_TARGET = "segperf.callbacks.screen_out.ScreenOut"
+HARD_LIMIT_TARGET = "segperf.callbacks.hard_time_limit.HardTimeLimit"
+# the hard limit, inside a step, at this multiple of the probe's time limit (Lightning's max_time,
+# checked after each step): a step that runs for minutes (fp16 emulated: 177 s a step) is stopped
+# inside it, while an ordinary probe ends at max_time, well before (segperf.callbacks.hard_time_limit)
+HARD_LIMIT_FACTOR = 3.0
 # run-size keys of the start left out of a quality run: the learning run has its own size
 RUN_SIZE_KEYS = ("size", "train_images", "val_images", "batch_size", "val_every_images", "data.height", "data.width")
 # results.json's quality key per workload: the U-Net's val Dice, the CNN's val accuracy
@@ -123,6 +137,11 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
         run_dir=str(run_dir),
     )
     status = results.get("status")
+    hard = results.get("time_limit") or {}
+    if hard.get("reached"):  # stopped inside a step (segperf.callbacks.hard_time_limit): no rate at all
+        done = hard.get("steps_done", 0)
+        why = f"cut inside step {done + 1} at the hard time limit of {hard.get('hard_limit_s', 0):.0f} s"
+        return replace(probe, images_per_s=None, cut=True, failed=why)
     if status != "completed":
         return replace(probe, images_per_s=None, failed=first_line(results.get("error") or status))
     screen = results.get("tune_screen") or {}
@@ -187,7 +206,10 @@ class LaunchMeasure:
         warmup = setting(config, "warmup_steps", self.master.warmup_steps)
         images = (warmup + self.probe["steps"]) * batch
         size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
-        limit = [f"trainer.max_time={max_time(limit_s)}"] if limit_s is not None else []
+        limit = []
+        if limit_s is not None:
+            hard = f"{{_target_:{HARD_LIMIT_TARGET},seconds:{HARD_LIMIT_FACTOR * limit_s:.6g}}}"
+            limit += [f"trainer.max_time={max_time(limit_s)}", f"+callbacks.tune_time_limit={hard}"]
         if floor is not None:
             steps = max(1, min(int(self.probe.get("screen_steps", 2)), self.probe["steps"]))
             screen = f"floor_images_per_s:{floor:.6g},timed_steps:{steps},warmup_steps:{warmup}"

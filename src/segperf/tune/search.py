@@ -51,7 +51,9 @@ each configuration measured so far (its first probe left out once there are more
 one-time costs); the presets' first `min_runs` rounds come before that reserve, since they decide
 what the tuned result is held to. Each probe gets a time limit of `limit_factor` times the best's
 probe wall time (at least `limit_floor_s`; a quarter of the budget before anything was measured),
-so that a pathologically slow candidate (bf16 emulated on a CPU: ~50x) is cut; a cut on a
+so that a pathologically slow candidate (bf16 emulated on a CPU: ~50x) is cut (after the step that
+passes the limit; a single step past three times the limit is stopped inside it: fp16 emulated on
+a Xeon took 177 s for one step against a 7 s limit, segperf.tune.runner); a cut on a
 configuration's first run is run once more (a cold torch.compile cache costs minutes on 2 cores,
 a warm one seconds), a second cut is judged slower and not measured again. Time spent is the
 journal's: a rerun continues the same budget.
