@@ -17,13 +17,13 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import SimpleProfiler
 from omegaconf import DictConfig, open_dict
 
 from segperf.training.checkpoints import AtomicCheckpointIO
 from segperf.training.distributed import per_job_rank_commands
 from segperf.training.record import RunRecord
-from segperf.training.tensorboard import TensorBoardLogger
 from segperf.training.trainer import build_trainer, precision_notice
 from segperf.training.workload import build_workload
 
