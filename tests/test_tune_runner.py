@@ -575,8 +575,13 @@ def test_the_hard_limit_stops_a_step_that_runs_far_past_it_inside_the_step(tmp_p
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 2)), batch_size=2)
     limit = HardTimeLimit(seconds=1.0)
     trainer = L.Trainer(
-        callbacks=[limit], max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
+        callbacks=[limit],
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     started = time.monotonic()
     with pytest.raises(TimeLimitReached, match="hard time limit of 1 s of training, inside step 2"):
