@@ -2,6 +2,7 @@
 
     python scripts/framework_efficiency.py --workload unet --repeats 3 --steps 120 --out outputs/framework-efficiency
     python scripts/framework_efficiency.py --workload cnn --steps 300 batch_size=32 val_every_images=100000
+    python scripts/framework_efficiency.py --workload cnn --lightning --repeats 8 --steps 300 batch_size=64
 
 The run's config is composed with Hydra's compose API as `python -m segperf.train <overrides>`
 composes it (`--workload` picks model and data: unet = carvana, cnn = mnist, resnet18 =
@@ -17,6 +18,11 @@ weighs on both alike:
     adjustments to this machine), trained by the loop a Lightning user would otherwise write:
     `for batch in loader: to device; zero_grad; loss = training_step; backward; step`, timed with
     time.perf_counter over the steps after the same warm-up (synchronized on a GPU).
+
+(c) with `--lightning`, also: a bare Lightning Trainer on the same module and DataModule, with
+    no logger, callbacks, checkpoints or profiler (a clock callback of its own times the steps
+    after the same warm-up, as PerfMonitor's clock does): what Lightning's loop costs by itself,
+    so that segperf / raw splits into Lightning / raw and segperf / Lightning.
 
 What (b) leaves out is what Lightning and the measurement add, which is the point: no hooks,
 callbacks, logger, profiler, sampler, validation or checkpoints. The loss is the module's own
@@ -140,6 +146,67 @@ def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     return {"side": "raw", "run_dir": str(run_dir), **timed, "others_cores": others_since(clock)["others_cores"]}
 
 
+class StepClock(L.Callback):
+    """(c)'s timing: images of the steps after `warmup` over the time from the end of the warm-up
+    step to the end of training, as PerfMonitor's clock counts them."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.steps, self.images, self.warm_images = warmup, 0, 0, 0
+        self.warm_end: float | None = None
+        self.end: float | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self.steps, self.images = self.steps + 1, self.images + batch_size(batch)
+        if self.steps == self.warmup:
+            synchronize(pl_module.device)
+            self.warm_images, self.warm_end = self.images, time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        synchronize(pl_module.device)
+        self.end = time.perf_counter()
+
+
+def lightning_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """(c): the same module and DataModule under a bare Lightning Trainer (see the module docstring)."""
+    reset_global_state()
+    clock = cpu_clock()
+    cfg = OmegaConf.create(resolved(cfg, run_dir))
+    adapt_to_machine(cfg)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    workload = build_workload(cfg)
+    steps = StepClock(cfg.warmup_steps)
+    trainer = L.Trainer(
+        accelerator=cfg.trainer.accelerator,
+        devices=1,
+        precision=cfg.trainer.precision,
+        max_epochs=1,
+        logger=False,
+        callbacks=[steps],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+        default_root_dir=run_dir,
+        **workload.trainer_options,
+    )
+    trainer.fit(workload.module, datamodule=workload.datamodule)
+    timed = steps.end - steps.warm_end if steps.warm_end is not None and steps.end is not None else 0.0
+    rate = (steps.images - steps.warm_images) / timed if steps.steps > steps.warmup and timed > 0 else None
+    return {
+        "side": "lightning",
+        "run_dir": str(run_dir),
+        "steps": steps.steps,
+        "images": steps.images,
+        "warmup_steps": steps.warmup,
+        "images_per_s": rate,
+        "others_cores": others_since(clock)["others_cores"],
+    }
+
+
 def resolved(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     """The config as plain data, as train() resolves it (its output folder is Hydra's otherwise)."""
     cfg = copy.deepcopy(cfg)
@@ -258,16 +325,17 @@ def compare(
     warmup_rounds: int = 1,
     busy_cores: float = BUSY_CORES,
     retries: int = RETRIES,
+    sides: tuple[str, ...] = ("segperf", "raw"),
 ) -> dict[str, Any]:
-    """`warmup_rounds` uncounted rounds, then `repeats` rounds of (a) and (b), alternating which
-    goes first; the summary, also in OUT/framework_efficiency.json."""
+    """`warmup_rounds` uncounted rounds, then `repeats` rounds of (a) and (b) (and (c) with "lightning"
+    in `sides`), alternating which goes first; the summary, also in OUT/framework_efficiency.json."""
     for round_ in range(warmup_rounds):  # the process's one-off costs, paid by neither side's figures
-        for side in SIDES:
+        for side in sides:
             run = SIDES[side](cfg, out / f"warmup-{side}-{round_}")
             report(f"warm-up round {round_} {side:>7}: {run['images_per_s'] or 0:,.2f} images/s (not counted)")
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
-        for side in ("segperf", "raw") if repeat % 2 == 0 else ("raw", "segperf"):
+        for side in sides if repeat % 2 == 0 else sides[::-1]:
             run = quiet_run(side, cfg, out / f"{side}-{repeat}", busy_cores, retries, report)
             runs.append({"repeat": repeat, **run})
             accounted = f", accounted {run['accounted_fraction']:.1%}" if run.get("accounted_fraction") else ""
@@ -278,17 +346,24 @@ def compare(
     summary["config"] = {key: value for key, value in resolved(cfg, out).items() if key in RECORDED_KEYS}
     write_json_atomic(out / "framework_efficiency.json", summary)
     median = summary["median_images_per_s"]
-    report(f"median images/s: segperf {median['segperf']:,.2f}, raw loop {median['raw']:,.2f}")
+    report("median images/s: " + ", ".join(f"{side} {rate:,.2f}" for side, rate in median.items()))
     report(f"segperf / raw = {summary['ratio']:.4f} (target >= {TARGET_RATIO})")
-    pairs = summary["pairs"]
-    interval = "" if pairs["low"] is None else f" [{pairs['low']:.3f}-{pairs['high']:.3f}] (95%)"
-    report(f"pairs: {', '.join(f'{r:.3f}' for r in pairs['ratios'])}; geometric mean {pairs['geomean']:.3f}{interval}")
+    report_pairs("pairs", summary["pairs"], report)
+    if "lightning" in median:
+        report(f"lightning / raw = {summary['lightning_ratio']:.4f} (Lightning's own loop, nothing of segperf's)")
+        report_pairs("lightning pairs", summary["lightning_pairs"], report)
     if summary["accounted_fraction"] is None:
         report("run accounted by segperf's phases: not measured (perf.measure=false)")
     else:
         least = summary["accounted_fraction"]["min"]
         report(f"run accounted by segperf's phases: at least {least:.1%} (target >= {TARGET_ACCOUNTED:.0%})")
     return summary
+
+
+def report_pairs(label: str, pairs: dict[str, Any], report) -> None:
+    interval = "" if pairs["low"] is None else f" [{pairs['low']:.3f}-{pairs['high']:.3f}] (95%)"
+    ratios = ", ".join(f"{r:.3f}" for r in pairs["ratios"])
+    report(f"{label}: {ratios}; geometric mean {pairs['geomean']:.3f}{interval}")
 
 
 def quiet_run(side: str, cfg: DictConfig, run_dir: Path, busy_cores: float, retries: int, report) -> dict[str, Any]:
@@ -312,12 +387,13 @@ def load_note(run: dict[str, Any]) -> str:
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    rates = {side: [r["images_per_s"] for r in runs if r["side"] == side] for side in ("segperf", "raw")}
+    present = [side for side in SIDES if any(r["side"] == side for r in runs)]
+    rates = {side: [r["images_per_s"] for r in runs if r["side"] == side] for side in present}
     if any(rate is None for side in rates.values() for rate in side):
         raise SystemExit("error: a run has no images/s after warm-up: give more --steps than warmup_steps")
     median = {side: statistics.median(values) for side, values in rates.items()}
     accounted = [r["accounted_fraction"] for r in runs if r.get("accounted_fraction") is not None]
-    return {
+    summary = {
         "runs": runs,
         "median_images_per_s": median,
         "ratio": median["segperf"] / median["raw"],
@@ -326,15 +402,19 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "accounted_fraction": {"min": min(accounted), "median": statistics.median(accounted)} if accounted else None,
         "target_accounted_fraction": TARGET_ACCOUNTED,
     }
+    if "lightning" in median:
+        summary["lightning_ratio"] = median["lightning"] / median["raw"]
+        summary["lightning_pairs"] = paired_ratios(runs, side="lightning")
+    return summary
 
 
-def paired_ratios(runs: list[dict[str, Any]], level: float = 0.95) -> dict[str, Any]:
-    """segperf / raw of each repeat (its two runs ran back to back), their geometric mean and its
+def paired_ratios(runs: list[dict[str, Any]], level: float = 0.95, side: str = "segperf") -> dict[str, Any]:
+    """`side` / raw of each repeat (its runs ran back to back), their geometric mean and its
     `level` interval (Student's t over the log ratios; none with a single pair)."""
     by_repeat: dict[int, dict[str, float]] = {}
     for run in runs:
         by_repeat.setdefault(run.get("repeat", 0), {})[run["side"]] = run["images_per_s"]
-    ratios = [sides["segperf"] / sides["raw"] for _, sides in sorted(by_repeat.items()) if len(sides) == 2]
+    ratios = [sides[side] / sides["raw"] for _, sides in sorted(by_repeat.items()) if side in sides and "raw" in sides]
     if not ratios:
         return {"ratios": [], "geomean": None, "low": None, "high": None, "level": level}
     logs = [math.log(r) for r in ratios]
@@ -346,7 +426,7 @@ def paired_ratios(runs: list[dict[str, Any]], level: float = 0.95) -> dict[str, 
     return {"ratios": ratios, "geomean": math.exp(centre), "low": low, "high": high, "level": level}
 
 
-SIDES = {"segperf": segperf_run, "raw": raw_run}
+SIDES = {"segperf": segperf_run, "raw": raw_run, "lightning": lightning_run}
 
 
 def main() -> None:
@@ -363,11 +443,15 @@ def main() -> None:
         help=f"run again a run during which other processes kept more cores busy (default {BUSY_CORES})",
     )
     parser.add_argument("--retries", type=int, default=RETRIES, help=f"times a busy run is rerun (default {RETRIES})")
+    parser.add_argument(
+        "--lightning", action="store_true", help="also a bare Lightning Trainer on the module: Lightning's own cost"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m segperf.train takes them")
     args = parser.parse_intermixed_args()  # overrides before, between or after the options
     cfg = compose_config(args.workload, args.overrides, args.steps)
     rounds = {"warmup_rounds": args.warmup_rounds, "busy_cores": args.busy_cores, "retries": args.retries}
-    compare(cfg, args.repeats, args.out, **rounds)
+    sides = ("segperf", "raw", "lightning") if args.lightning else ("segperf", "raw")
+    compare(cfg, args.repeats, args.out, sides=sides, **rounds)
 
 
 if __name__ == "__main__":

@@ -152,3 +152,24 @@ def test_the_pairs_are_each_repeats_ratio_with_their_geometric_mean_and_interval
     assert pairs["low"] < 0.9 and pairs["high"] > 1.1  # two pairs that far apart: a wide interval around both
     one = script.paired_ratios(runs[:2])
     assert one["ratios"] == pytest.approx([0.9]) and one["low"] is None and one["high"] is None
+
+
+def test_the_lightning_arm_trains_the_same_steps_under_a_bare_trainer_and_its_ratio_is_printed(
+    script, tiny_mnist, tmp_path
+):
+    cfg = script.compose_config("cnn", [*CNN_TINY, f"data.root={tiny_mnist}"], steps=5)
+    printed: list[str] = []
+    summary = script.compare(
+        cfg, repeats=1, out=tmp_path, report=printed.append, warmup_rounds=0, busy_cores=99.0,
+        sides=("segperf", "raw", "lightning"),
+    )  # fmt: skip
+
+    runs = {r["side"]: r for r in summary["runs"]}
+    assert set(runs) == {"segperf", "raw", "lightning"}
+    assert (runs["lightning"]["steps"], runs["lightning"]["images"], runs["lightning"]["warmup_steps"]) == (5, 160, 2)
+    assert runs["lightning"]["images_per_s"] > 0
+    assert not (tmp_path / "lightning-0" / "results.json").exists()  # nothing of segperf's in this arm
+    medians = summary["median_images_per_s"]
+    assert summary["lightning_ratio"] == pytest.approx(medians["lightning"] / medians["raw"])
+    assert summary["lightning_pairs"]["ratios"] == pytest.approx([summary["lightning_ratio"]])
+    assert any(line.startswith("lightning / raw = ") for line in printed)
