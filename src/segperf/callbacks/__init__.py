@@ -5,7 +5,8 @@ jitter, the train_step split, the sample rate; phase_clock, with the profiler ta
 profiler_tap), `ResourceMonitor` (CPU, RSS, GPU; resource_monitor) and `MfuMonitor` (FLOPs per
 sample and MFU; mfu_monitor). On request: `OperatorProfile` (profile=ops; ops_profile) and
 `HardwareCounters` (profile=counters; hardware_counters). A run's safety: `InterruptCheckpoint`
-(interrupt_checkpoint) and `TerminateOutsideTraining` (terminate_outside_training). The
+(interrupt_checkpoint) and `TerminateOutsideTraining` (terminate_outside_training). The tuner
+adds two to its probes: `ScreenOut` (screen_out) and `HardTimeLimit` (hard_time_limit). The
 measurement maths they call has no Lightning in it and lives in segperf.perf.
 """
 
