@@ -548,6 +548,21 @@ def test_on_a_cpu_without_bf16_the_presets_are_fp32_ones_and_say_why():
     assert "preset +opt=all: precision bf16-mixed: emulated; measured as +opt=all precision=fp32" in notes
 
 
+def test_a_preset_that_is_another_presets_fp32_form_on_a_cpu_without_bf16_is_measured_once():
+    fp32_fast = merge(ALL_REAL, ("compile=off", "precision=fp32"))  # the third preset, spelt out
+    presets, notes = native_presets(
+        {**REAL_PRESETS, "+opt=all precision=fp32 compile=off": fp32_fast}, EMULATED, PRECISIONS
+    )
+    assert list(presets) == ["+opt=all precision=fp32", "+opt=all compile=off precision=fp32"]
+    assert presets["+opt=all compile=off precision=fp32"] == fp32_fast
+    assert (
+        "preset +opt=all precision=fp32 compile=off: the same configuration as "
+        "+opt=all compile=off precision=fp32 here, left out"
+    ) in notes
+    native, _ = native_presets({**REAL_PRESETS, "+opt=all precision=fp32 compile=off": fp32_fast}, {}, PRECISIONS)
+    assert len(native) == 3  # with bf16 native the three are three configurations
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_ten_minutes_on_an_avx2_machine_visit_every_axis_and_end_at_the_fp32_fast_preset(seed):
     workload, presets, _, result = avx2_tune(seed)

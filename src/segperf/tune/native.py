@@ -106,8 +106,9 @@ def native_presets(
     presets: Mapping[str, Config], emulated: Mapping[str, str], options: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Config], list[str]]:
     """The presets as this machine can run them: a preset that sets an emulated precision takes the
-    full-precision option instead and is named so (`+opt=all` -> `+opt=all precision=fp32`), one
-    that becomes another's duplicate is left out; with a note for each change."""
+    full-precision option instead and is named so (`+opt=all` -> `+opt=all precision=fp32`); one
+    that is the same configuration as a preset kept before it, whichever was renamed, is left out
+    (it would be measured twice); with a note for each change."""
     options = precision_options() if options is None else options
     full = next((f"precision={name}" for name, precision in options.items() if precision == FULL_PRECISION), None)
     kept: dict[str, Config] = {}
@@ -115,6 +116,10 @@ def native_presets(
     for name, preset in presets.items():
         precision = next((o for o in preset if override_key(o) == "precision"), None)
         if precision not in emulated or full is None:
+            if preset in kept.values():  # e.g. +opt=all precision=fp32 compile=off after the fp32 form of the 2nd
+                twin = next(n for n, p in kept.items() if p == preset)
+                notes.append(f"preset {name}: the same configuration as {twin} here, left out")
+                continue
             kept.setdefault(name, preset)
             continue
         native = config_of([o for o in preset if o != precision] + [full])
