@@ -190,6 +190,22 @@ def test_validation_runs_every_val_every_images_rounded_to_whole_batches(tiny_cf
     assert build_trainer(cfg.trainer, logger=False).val_check_interval == interval
 
 
+@pytest.mark.parametrize(
+    "overrides,every",
+    [
+        (["size=demo"], 5),  # 80 steps: every 5, as short runs always were
+        (["model=cnn", "data=mnist", "train_images=19200", "batch_size=64"], 15),  # 300 steps: 20 points
+        (["model=cnn", "data=mnist", "size=mnist"], 46),  # an MNIST epoch, 938 steps
+        (["train_images=1000000", "batch_size=4"], 50),  # never sparser than Lightning's default
+        (["size=demo", "trainer.log_every_n_steps=1"], 1),  # the user's own value wins
+    ],
+)
+def test_a_run_logs_about_twenty_times_every_5_to_50_steps(overrides, every):
+    cfg = compose_config(*overrides)
+    assert cfg.trainer.log_every_n_steps == every
+    assert build_trainer(cfg.trainer, logger=False).log_every_n_steps == every
+
+
 def test_reduced_precision_on_a_cpu_without_native_support_gets_a_notice():
     from segperf.training.trainer import precision_notice
 
