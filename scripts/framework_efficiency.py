@@ -125,8 +125,9 @@ def segperf_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """(b): the same workload through a plain PyTorch loop (see the module docstring)."""
+def prepared(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, Any, Any]:
+    """What (b) and (c) start from, as train() does: the resolved config adapted to this machine,
+    its threads and seed, the workload built; and the clock of the run's machine load."""
     reset_global_state()  # the global settings train() starts from
     clock = cpu_clock()  # the run's machine load, measured as segperf's record measures it
     cfg = OmegaConf.create(resolved(cfg, run_dir))
@@ -134,7 +135,12 @@ def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    workload = build_workload(cfg)
+    return cfg, build_workload(cfg), clock
+
+
+def raw_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """(b): the same workload through a plain PyTorch loop (see the module docstring)."""
+    cfg, workload, clock = prepared(cfg, run_dir)
     module, datamodule = workload.module, workload.datamodule
     device = device_of(cfg.trainer)
     module.to(device).train()
@@ -168,14 +174,7 @@ class StepClock(L.Callback):
 
 def lightning_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """(c): the same module and DataModule under a bare Lightning Trainer (see the module docstring)."""
-    reset_global_state()
-    clock = cpu_clock()
-    cfg = OmegaConf.create(resolved(cfg, run_dir))
-    adapt_to_machine(cfg)
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    workload = build_workload(cfg)
+    cfg, workload, clock = prepared(cfg, run_dir)
     steps = StepClock(cfg.warmup_steps)
     trainer = L.Trainer(
         accelerator=cfg.trainer.accelerator,

@@ -76,11 +76,15 @@ def half_of(cores: int) -> int:
 CORE_RESOLVERS = {"cores_per_rank": lambda cores: cores, "half_cores_per_rank": half_of}
 
 
+def _positive_ints(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+
+
 def whole_batches(images: Any, batch_size: Any) -> Any:
     """`${whole_batches:${val_every_images},${batch_size}}`: training batches between validations,
     `images` rounded to whole batches (at least one). Values the schema will refuse pass through
     untouched, so that check_settings names the setting instead of this resolver failing."""
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (images, batch_size)):
+    if not _positive_ints(images, batch_size):
         return images
     return max(1, round(images / batch_size))
 
@@ -96,7 +100,7 @@ def log_interval(images: Any, batch_size: Any) -> Any:
     2-core CPU (Lightning's `self.log` and logger connector, the logger's write), 0.27 ms a step
     at every 5 steps: 1.1% of the MNIST CNN's 24 ms step; a curve needs no more points than this
     (docs/BENCHMARKS.md, "Framework efficiency"). Values the schema will refuse pass through."""
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (images, batch_size)):
+    if not _positive_ints(images, batch_size):
         return LOG_EVERY_MIN
     steps = -(-images // batch_size)
     return min(LOG_EVERY_MAX, max(LOG_EVERY_MIN, steps // LOG_POINTS))

@@ -115,18 +115,19 @@ def native_presets(
     notes: list[str] = []
     for name, preset in presets.items():
         precision = next((o for o in preset if override_key(o) == "precision"), None)
-        if precision not in emulated or full is None:
-            if preset in kept.values():  # e.g. +opt=all precision=fp32 compile=off after the fp32 form of the 2nd
-                twin = next(n for n, p in kept.items() if p == preset)
-                notes.append(f"preset {name}: the same configuration as {twin} here, left out")
-                continue
-            kept.setdefault(name, preset)
-            continue
-        native = config_of([o for o in preset if o != precision] + [full])
-        renamed = f"{name} {full}"
-        if native in kept.values():
-            notes.append(f"preset {name}: {emulated[precision]}; with {full} it is another preset, left out")
-            continue
-        notes.append(f"preset {name}: {emulated[precision]}; measured as {renamed}")
-        kept[renamed] = native
+        renamed = precision in emulated and full is not None
+        label, config = name, preset
+        if renamed:
+            label, config = f"{name} {full}", config_of([o for o in preset if o != precision] + [full])
+        twin = next((n for n, p in kept.items() if p == config), None)
+        if twin is not None:  # e.g. +opt=all precision=fp32 compile=off after the fp32 form of the 2nd
+            why = f"the same configuration as {twin} here"
+            if renamed:
+                why = f"{emulated[precision]}; with {full} it is another preset"
+            notes.append(f"preset {name}: {why}, left out")
+        elif renamed:
+            notes.append(f"preset {name}: {emulated[precision]}; measured as {label}")
+            kept[label] = config
+        else:
+            kept.setdefault(label, config)
     return kept, notes
