@@ -21,6 +21,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from segperf.model.history import ValidationHistory, configure_adam
+from segperf.model.hook_state import PlainHookState
 from segperf.model.module import MemoryFormat, SegmentationModule
 from segperf.model.step_logging import TrainLossLogging
 
@@ -94,7 +95,7 @@ class DigitCNN(nn.Module):
         return "\n".join(lines)
 
 
-class ClassificationModule(ValidationHistory, TrainLossLogging, L.LightningModule):
+class ClassificationModule(PlainHookState, ValidationHistory, TrainLossLogging, L.LightningModule):
     """Cross-entropy and Adam (lr 1e-3; `scheduler` a learning-rate schedule stepped every step,
     see segperf.model.history.configure_adam); validation accuracy with torchmetrics, and with
     `top5` top-5 accuracy too where there are more than TOP_K classes (with fewer it is 1 for any

@@ -16,13 +16,14 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.segmentation import DiceScore
 
 from segperf.model.history import ValidationHistory, configure_adam
+from segperf.model.hook_state import PlainHookState
 from segperf.model.step_logging import TrainLossLogging
 from segperf.model.unet import UNet
 
 MemoryFormat = Literal["nchw", "channels_last"]
 
 
-class SegmentationModule(ValidationHistory, TrainLossLogging, L.LightningModule):
+class SegmentationModule(PlainHookState, ValidationHistory, TrainLossLogging, L.LightningModule):
     """Trains a segmentation net with cross-entropy and Adam (lr 1e-4 and no schedule, as in the
     seed; `scheduler` is a learning-rate schedule stepped every training step, see
     segperf.model.history.configure_adam).
@@ -108,9 +109,7 @@ class SegmentationModule(ValidationHistory, TrainLossLogging, L.LightningModule)
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         image, mask = batch
         loss = F.cross_entropy(self(image), mask)
-        # Logged as a tensor: no host sync here; Lightning reads it every log_every_n_steps. Not on
-        # the progress bar, which would read it (a GPU sync) at every refresh, i.e. every step.
-        self.log("train/loss", loss, on_step=True, batch_size=image.shape[0])
+        self.log_train_loss(loss, image.shape[0])  # at the steps the logger writes (segperf.model.step_logging)
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
