@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.utils import JobStatus
@@ -523,12 +524,21 @@ class FakeTrainer:
     should_stop = False
 
 
-def test_screening_stops_the_fit_after_the_first_timed_steps_below_the_floor_and_records_it(monkeypatch):
+# a user's module may batch as a tuple or as a dict (segperf.callbacks.batch_size counts either)
+BATCHES_OF_4 = {
+    "tuple": lambda: (torch.zeros(4, 3), torch.zeros(4)),
+    "dict": lambda: {"image": torch.zeros(4, 3), "label": torch.zeros(4)},
+}
+
+
+@pytest.mark.parametrize("structure", BATCHES_OF_4)
+def test_screening_stops_the_fit_after_the_first_timed_steps_below_the_floor_and_records_it(monkeypatch, structure):
     from segperf.callbacks import screen_out as screen_module
 
     clock = iter([0.0, 10.0, 20.0, 30.0, 40.0])  # warm-up ends at 0 s; a batch of 4 every 10 s: 0.4 images/s
     monkeypatch.setattr(screen_module.time, "perf_counter", lambda: next(clock))
-    callback, trainer, batch = screen_module.ScreenOut(1.0, timed_steps=2, warmup_steps=2), FakeTrainer(), ([0] * 4,)
+    callback, trainer = screen_module.ScreenOut(1.0, timed_steps=2, warmup_steps=2), FakeTrainer()
+    batch = BATCHES_OF_4[structure]()
     for step in range(3):  # two warm-up steps (not judged), the first timed step (too few to judge)
         callback.on_train_batch_end(trainer, None, None, batch, step)
         assert not trainer.should_stop

@@ -22,20 +22,31 @@ from typing import Any
 
 import lightning as L
 
+from segperf.callbacks.batch_size import BatchSizeFn, batch_size
+
 SECTION = "tune_screen"  # results.json's key for what the screen saw
 
 
 class ScreenOut(L.Callback):
     """Stops the fit when the images/s of the steps after warm-up fall below `floor_images_per_s`
-    (checked from the `timed_steps`-th timed step on)."""
+    (checked from the `timed_steps`-th timed step on). Samples are counted as PerfMonitor counts
+    them: the leading dimension of the batch's first tensor (tensor, tuple or dict batches), or
+    `batch_size_fn`."""
 
-    def __init__(self, floor_images_per_s: float, timed_steps: int = 2, warmup_steps: int = 2) -> None:
+    def __init__(
+        self,
+        floor_images_per_s: float,
+        timed_steps: int = 2,
+        warmup_steps: int = 2,
+        batch_size_fn: BatchSizeFn | None = None,
+    ) -> None:
         if floor_images_per_s <= 0 or timed_steps < 1 or warmup_steps < 0:
             raise ValueError(
                 f"ScreenOut(floor_images_per_s={floor_images_per_s}, timed_steps={timed_steps}, "
                 f"warmup_steps={warmup_steps}): the floor must be > 0, timed_steps >= 1, warmup_steps >= 0"
             )
         self.floor, self.timed_steps, self.warmup_steps = float(floor_images_per_s), timed_steps, warmup_steps
+        self.batch_size = batch_size_fn or batch_size
         self.steps = self.timed_images = 0
         self.timed_from: float | None = None
         self.rate: float | None = None
@@ -52,7 +63,7 @@ class ScreenOut(L.Callback):
             return
         if self.timed_from is None or self.steps < self.warmup_steps:
             return
-        self.timed_images += len(batch[0])
+        self.timed_images += self.batch_size(batch)
         timed = self.steps - self.warmup_steps
         seconds = time.perf_counter() - self.timed_from
         if timed < self.timed_steps or seconds <= 0:
