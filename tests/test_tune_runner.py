@@ -407,6 +407,21 @@ def test_finish_writes_tuned_yaml_tune_json_and_the_report_and_prints_the_preset
     assert (tune / "final.png").stat().st_size > 0 and (tune / "steps.png").stat().st_size > 0
 
 
+def test_failed_runs_are_counted_in_the_report_and_warned_of_before_the_preset_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    result = fake_result()
+    result.best = result.start  # as when the runs after the start failed
+    result.failures, result.runs = {"KeyError: 0": 5, "RuntimeError: out of memory": 1}, 9
+    config = compose_tune(f"hydra.sweep.dir={tmp_path / 'tune'}")
+    finish(result, config, ComposingLoader(), compose_tune().tune, "python -m segperf.tune", [])
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert "6 of its 9 runs failed" in printed[-4]  # the tuned line: not "nothing was faster"
+    assert printed[-3] == "segperf.tune: warning: 6 of 9 runs failed; most often (5x): KeyError: 0"
+    assert printed[-1] == str(tmp_path / "cache" / "tune" / "opt" / "tuned.yaml")
+    report = (tmp_path / "tune" / "tune_report.md").read_text()
+    assert "- **failed runs: 6 of 9**:" in report and "  - 5x: KeyError: 0" in report
+
+
 # -- the command line ----------------------------------------------------------------------
 
 

@@ -23,7 +23,17 @@ from segperf.report.stats import compare_throughput
 from segperf.tune.journal import Journal, JournalError
 from segperf.tune.native import native_presets
 from segperf.tune.probe import Config, Probe
-from segperf.tune.search import FAILED, KEPT, NOT_APPLIED, SKIPPED, SLOWER, WORSE, Tuner, _stops_compiling
+from segperf.tune.search import (
+    FAILED,
+    FINAL_GIVE_UP_FAILURES,
+    KEPT,
+    NOT_APPLIED,
+    SKIPPED,
+    SLOWER,
+    WORSE,
+    Tuner,
+    _stops_compiling,
+)
 from segperf.tune.space import Axis, merge
 
 START_SPEED = 10.0  # images/s of the start
@@ -714,3 +724,15 @@ def test_the_tie_rule_applies_only_to_the_same_configuration_without_compile():
     # another configuration that happens not to compile is no tie-break of compile's
     assert not _stops_compiling(("compile=off",), ("compile=on", "pin=on"))
     assert not _stops_compiling(("compile=off", "pin=on"), ("compile=off", "pin=on"))
+
+
+def test_a_configuration_whose_runs_keep_failing_is_not_retried_until_the_budget_is_gone_and_the_result_says_so():
+    # +opt=all's compile=on fails at every run: the final side by side wants two usable runs of it
+    workload = Workload({"workers=auto": 1.5}, failing={"compile=on"})
+    result = tune(workload, budget_s=3600.0)
+    failed_all = [c for kind, c, _ in workload.measured if kind == "speed" and "compile=on" in c]
+    assert 1 <= len(failed_all) <= FINAL_GIVE_UP_FAILURES
+    assert result.elapsed_s < 0.5 * 3600.0 and not result.stopped_by_budget
+    assert result.failures == {"RuntimeError: the compiler failed": len(failed_all)}
+    assert result.runs == len(workload.measured)
+    assert "workers=auto" in result.best  # the rest of the tune is unharmed

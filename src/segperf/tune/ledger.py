@@ -107,6 +107,11 @@ class Ledger:
         """The probes so far, one list per run measured (by identity)."""
         return [list(probes) for (k, _), probes in self._known.items() if k == kind]
 
+    def all_probes(self) -> list[Probe]:
+        """Every probe taken, of either kind, each once (an alias shares its run's list)."""
+        lists = {id(probes): probes for probes in self._known.values()}
+        return [probe for probes in lists.values() for probe in probes]
+
     def measured(self, kind: str) -> bool:
         """Whether any probe of the kind was taken (replayed or measured)."""
         return any(k == kind for k, _ in self._walls)

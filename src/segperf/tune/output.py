@@ -126,8 +126,12 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     tuned = rows.get("tuned") or {}
     low, high = tuned.get("vs_start_interval") or (None, None)
     speedup = f"{ratio_cell(tuned.get('vs_start'), low, high, tuned.get('distinguishable'))} the start's images/s"
+    failed = sum(result.failures.values())
     if tuple(result.best) == tuple(result.start):
-        speedup = "the start itself (nothing was faster beyond noise, or the quality check undid it)"
+        why = "nothing was faster beyond noise, or the quality check undid it"
+        if failed:
+            why = f"{failed} of its {result.runs} runs failed, see tune_report.md; or nothing was faster beyond noise"
+        speedup = f"the start itself ({why})"
     composed = loader.load_sweep_config(config, list(result.best))
     choices = {str(k): v for k, v in composed.hydra.runtime.choices.items()}
     text = preset_text(
@@ -151,6 +155,9 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     report = write_report(record, tune_dir)
     changed = " ".join(o for o in result.best if o not in set(result.start)) or "(the start)"
     print(f"segperf.tune: tuned {changed}: {speedup}")
+    if failed:
+        reason, count = next(iter(result.failures.items()))
+        print(f"segperf.tune: warning: {failed} of {result.runs} runs failed; most often ({count}x): {reason}")
     print(f"segperf.tune: report {report}; apply with: python -m segperf.train +opt=tuned")
     print(cached)  # the last line: the preset's path (DESIGN.md)
     return result

@@ -140,6 +140,9 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
         cell = ratio_cell(against["ratio"], against["low"], against["high"])
         lines.append(f"- tuned against the fastest other configuration ({against['against']}): {cell}")
     lines.append(f"- quality: {quality_line(result.get('quality'))}")
+    if failures := result.get("failures"):  # absent in a record from before failures were counted
+        lines.append(f"- **failed runs: {sum(failures.values())} of {result.get('runs', '?')}**:")
+        lines += [f"  - {count}x: {reason}" for reason, count in failures.items()]
     if data.get("tuned_yaml"):
         lines += ["", f"`{data['tuned_yaml']}` (`python -m segperf.train +opt=tuned`):", "", "```yaml"]
         lines += [data.get("tuned_text", "").rstrip(), "```"]

@@ -62,6 +62,7 @@ journal's: a rerun continues the same budget.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -79,6 +80,8 @@ KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
 # the probes before it may overrun their estimates; a 10-minute tune once left 30 s of the 36 needed)
 QUALITY_MARGIN = 1.5
 NOT_APPLIED, FAILED, SKIPPED, WORSE = "not applied", "failed", "skipped: budget", "rejected: quality"
+# the final stage stops topping up a configuration whose runs have failed this often (any stage)
+FINAL_GIVE_UP_FAILURES = 2
 # A short learning run's quality moves with the seed alone: size=quick over three seeds ends at Dice
 # 0.982-0.989 (docs/BENCHMARKS.md, "Quality"), and size=demo at 64x96 (the guard's run) spreads by
 # ~0.01; 0.02 is about three times the size=quick span. One draw can still land beyond it (an fp32
@@ -146,6 +149,9 @@ class TuneResult:
     elapsed_s: float
     budget_s: float
     level: float
+    # runs that failed, by their one-line reason (each speed and learning run counts once)
+    failures: dict[str, int] = field(default_factory=dict)
+    runs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,7 +215,13 @@ class Tuner:
         best = self._guard(self._ascend(self._presets()))
         final, configs = self._final(best)
         elapsed = self.ledger.elapsed()
-        return TuneResult(self.start, best, self.steps, final, configs, self.check, self.stopped, elapsed, *self._about)
+        probes = self.ledger.all_probes()
+        result = TuneResult(
+            self.start, best, self.steps, final, configs, self.check, self.stopped, elapsed, *self._about
+        )
+        result.failures = dict(Counter(p.failed for p in probes if p.failed is not None).most_common())
+        result.runs = len(probes)
+        return result
 
     def _presets(self) -> Config:
         """Stage 1: the start and the presets, interleaved, until each preset is decided; a preset
@@ -448,12 +460,19 @@ class Tuner:
         return {name: self.ledger.known(SPEED, config) for name, config in configs.items()}, configs
 
     def _final_plan(self, best: Config) -> list[Config]:
-        """One interleaved round of the final stage's runs that have fewer than `min_runs` usable probes."""
+        """One interleaved round of the final stage's runs that have fewer than `min_runs` usable
+        probes; not of one that has failed FINAL_GIVE_UP_FAILURES times: a run that fails again and
+        again would take every retry, and the budget, with it."""
         unique: list[Config] = []
         for config in [self.start, *self.presets.values(), best]:
             if not any(self.ledger.same(config, other) for other in unique):
                 unique.append(config)
-        return [c for c in unique if len(_usable(self.ledger.known(SPEED, c))) < self.min_runs]
+        return [
+            c
+            for c in unique
+            if len(_usable(probes := self.ledger.known(SPEED, c))) < self.min_runs
+            and sum(p.failed is not None for p in probes) < FINAL_GIVE_UP_FAILURES
+        ]
 
     # -- one comparison ---------------------------------------------------------------------
     def _compare(
