@@ -178,3 +178,24 @@ def test_a_sweep_of_the_example_reports_and_compares(tmp_path):
     assert same.returncode == 0
     compared = json.loads((tmp_path / "compare.json").read_text())
     assert compared["ratio"] == pytest.approx(1.0) and len(compared["cand"]["runs"]) == 2
+
+
+def test_the_summary_names_a_users_data_module_and_its_sizes_not_segperfs_own_counts():
+    from segperf.perf.summary import format_run_summary
+
+    results = {
+        "status": "completed",
+        "dataset": {"datamodule": "TextureDataModule", "train_dataset_size": 1024, "val_dataset_size": 256},
+        "quality": {
+            "metric": "val_acc",
+            "mode": "max",
+            "val_acc": 0.99,
+            "val_history": [{"step": 32, "val_acc": 0.99}],
+        },
+    }
+    lines = format_run_summary(results).splitlines()
+    data = [line for line in lines if line.startswith("Data")]
+    assert data == ["Data                    TextureDataModule (1,024 train, 256 val samples)"]
+    assert not any("cars" in line or "datapoints" in line for line in lines)
+    # a label longer than the column still has its value apart from it
+    assert "val_acc (max: the run's quality) 0.9900" in lines

@@ -23,7 +23,7 @@ def _section(title: str, rows: list[str]) -> list[str]:
 
 
 def _kv(key: str, value: str) -> str:
-    return f"{key:<24}{value}"
+    return f"{key:<23} {value}"  # a space after a key longer than the column, too
 
 
 NOT_TRAINED = "none: the run stopped before its first training step, so there is no performance to judge"
@@ -56,7 +56,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
     if machine:  # a record from before the machine was read (or a hand-made one) has none
         header = format_header(machine).splitlines() + [f"{'Load':<10}{format_load(results.get('machine_load'))}"]
         lines = _section("Resources", header)
-    data_rows = [_kv("Data", f"{dataset.get('root', 'n/a')}"), _kv("", _dataset_counts(dataset))] if dataset else []
+    data_rows = _data_rows(dataset)
     top = [
         _kv("Status", status),
         *data_rows,
@@ -100,6 +100,19 @@ def format_run_summary(results: dict[str, Any]) -> str:
     ]
     lines += _section("Notes", notes) + [RULE]
     return "\n".join(lines) + "\n"
+
+
+def _data_rows(dataset: dict[str, Any]) -> list[str]:
+    if not dataset:
+        return []
+    if "datamodule" in dataset:  # a user's data module: the sizes of the datasets its loaders read
+        sizes = [
+            f"{dataset[key]:,} {key.removesuffix('_dataset_size')}"
+            for key in dataset
+            if key.endswith("_dataset_size") and isinstance(dataset[key], int)
+        ]
+        return [_kv("Data", f"{dataset['datamodule']}" + (f" ({', '.join(sizes)} samples)" if sizes else ""))]
+    return [_kv("Data", f"{dataset.get('root', 'n/a')}"), _kv("", _dataset_counts(dataset))]
 
 
 def _dataset_counts(dataset: dict[str, Any]) -> str:
