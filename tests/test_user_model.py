@@ -104,6 +104,15 @@ def test_a_rebuilt_loader_keeps_the_users_dataset_sampler_and_collate_and_takes_
     assert result.not_applied == {}
 
 
+def test_what_rebuilding_changed_is_what_the_loader_does_with_dataloaders_defaults_resolved():
+    theirs = DataLoader(digits(), batch_size=8, num_workers=2)  # prefetch_factor None: 2 with workers
+    result = rebuild(theirs, settings(num_workers=2, persistent_workers=False), "train")
+    assert result.loader.prefetch_factor == 2
+    assert result.changed == {}  # not "prefetch_factor: 2 -> None"
+    result = rebuild(theirs, settings(num_workers=0, persistent_workers=False), "train")
+    assert result.changed == {"num_workers": {"from": 2, "to": 0}, "prefetch_factor": {"from": 2, "to": None}}
+
+
 def test_prefetch_without_workers_is_a_background_thread_as_for_segperfs_loaders():
     result = rebuild(DataLoader(digits(), batch_size=4), settings(prefetch_factor=2), "val")
     assert isinstance(result.loader, ThreadPrefetchLoader)

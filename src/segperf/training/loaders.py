@@ -109,15 +109,10 @@ def rebuild(loader: Any, settings: LoaderSettings, name: str) -> Rebuilt:
             }
     else:
         options |= {"sampler": loader.sampler, "batch_size": batch_size, "drop_last": loader.drop_last}
-    before = {
-        "num_workers": loader.num_workers,
-        "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
-        "pin_memory": loader.pin_memory,
-        "persistent_workers": loader.persistent_workers,
-        "batch_size": _own_batch_size(loader),
-    }
-    after = {key: options.get(key) for key in before} | {"batch_size": batch_size}
+    before = _settings_of(loader)
     new: Any = DataLoader(loader.dataset, **options)
+    # what the new loader does, DataLoader's defaults resolved (prefetch_factor=None is 2 with workers)
+    after = _settings_of(new) | {"batch_size": batch_size}
     if workers == 0 and settings.prefetch_factor:
         # DataLoader refuses a prefetch factor without workers: a background thread keeps batches ready,
         # as segperf's own loaders do (segperf.data.prefetch)
@@ -125,3 +120,14 @@ def rebuild(loader: Any, settings: LoaderSettings, name: str) -> Rebuilt:
         after["prefetch_factor"] = settings.prefetch_factor
     changed = {key: {"from": before[key], "to": after[key]} for key in before if before[key] != after[key]}
     return Rebuilt(new, changed, not_applied)
+
+
+def _settings_of(loader: DataLoader) -> dict[str, Any]:
+    """The settings rebuilding may change, as the loader applies them."""
+    return {
+        "num_workers": loader.num_workers,
+        "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
+        "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers,
+        "batch_size": _own_batch_size(loader),
+    }
