@@ -170,3 +170,20 @@ def test_readme_main_command_trains_the_baseline_on_built_in_data(tmp_path):
     demo = compose_config()  # size=demo, the default
     assert results["train"]["images"] == demo.train_images and results["train"]["images_per_s"] > 0
     assert results["config"]["model"]["compile"] is False and results["config"]["data"]["num_workers"] == 0
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["model=m", "data=d", "-m", "workers=off,auto"], ["-m", "model=m", "data=d", "workers=off,auto"]),
+        (["a=1", "--config-dir", "conf", "b=2", "--multirun"], ["--config-dir", "conf", "--multirun", "a=1", "b=2"]),
+        (["a=1", "--config-dir=conf", "-cn", "train", "b=2"], ["--config-dir=conf", "-cn", "train", "a=1", "b=2"]),
+        (["a=1", "--info", "b=2"], ["--info", "a=1", "b=2"]),  # --info alone: b=2 is not its value
+        (["a=1", "--info", "searchpath"], ["--info", "searchpath", "a=1"]),
+        (["-m", "a=1,2"], ["-m", "a=1,2"]),
+    ],
+)
+def test_hydras_flags_may_come_after_the_overrides(argv, expected):
+    from segperf.command_line import options_first
+
+    assert options_first(argv) == expected

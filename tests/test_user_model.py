@@ -169,9 +169,10 @@ def test_a_sweep_of_the_example_reports_and_compares(tmp_path):
     # job folders named by what varies (the constant run size would make names too long to write)
     constant = [a.split("=", 1)[0] for a in args if not a.startswith(("model=", "data="))]
     args.append(f"hydra.job.config.override_dirname.exclude_keys=[{','.join(constant)}]")
-    command = [sys.executable, "-m", "segperf.train", "--config-dir", "conf", "-m", *args]
+    # -m after the run's overrides, as a user appends a sweep to the command that trained once
+    command = [sys.executable, "-m", "segperf.train", "--config-dir", "conf", *args]
     done = subprocess.run(
-        [*command, "workers=off,auto", "+repeat=0,1"], cwd=EXAMPLES, env=env, capture_output=True, text=True
+        [*command, "-m", "workers=off,auto", "+repeat=0,1"], cwd=EXAMPLES, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
     runs = sorted(sweep.glob("*/results.json"))

@@ -47,6 +47,34 @@ def _parser():
     return OverridesParser.create()
 
 
+def options_first(argv: list[str]) -> list[str]:
+    """Hydra's flags ahead of the overrides, each with its value, in their order.
+
+    Hydra reads its command line with argparse, where the overrides are one positional of
+    nargs="*": they must come as one run of words, so `a=1 -m b=2` or `a=1 --config-dir conf b=2`
+    stop with "unrecognized arguments". Which words are flags, and how many values each takes, is
+    read from Hydra's own parser (hydra.main builds its command line with the same function)."""
+    from hydra._internal.utils import get_args_parser
+
+    actions = get_args_parser()._option_string_actions
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        action = actions.get(arg.split("=", 1)[0]) if arg.startswith("-") else None
+        if action is None:
+            overrides.append(arg)
+            i += 1
+            continue
+        takes = 0 if "=" in arg or action.nargs == 0 else 1
+        if action.nargs == "?" and not (i + 1 < len(argv) and argv[i + 1] in (action.choices or ())):
+            takes = 0  # --info alone: its default
+        flags += argv[i : i + 1 + takes]
+        i += 1 + takes
+    return [*flags, *overrides]
+
+
 def hydra_quote(text: str) -> str:
     """`text` as one single-quoted string of Hydra's grammar (its quote and the backslashes
     before it, or at the end, escaped)."""

@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from segperf.command_line import (
+    options_first,
     output_folder_problem,
     plain_segperf_warnings,
     quote_path_values,
@@ -77,6 +78,7 @@ def fail(message: str) -> None:
 def cli() -> None:
     """Paths as segperf prints them (`=` and `,` included) quoted for Hydra, `resume=` expanded
     into the run's overrides, and the output folder tried, all before Hydra composes."""
+    sys.argv[1:] = options_first(sys.argv[1:])  # `model=m data=d -m workers=off,auto` as well
     try:
         sys.argv[1:] = quote_path_values(resume_argv(sys.argv[1:]))
     except SegperfError as error:

@@ -32,7 +32,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from segperf.command_line import output_folder_problem, quote_path_values
+from segperf.command_line import options_first, output_folder_problem, quote_path_values
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError
 
@@ -66,7 +66,7 @@ def probe_job(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Tune with `argv` (training overrides, tune.* settings, Hydra's flags); the exit status."""
-    args = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun")]
+    args = [a for a in options_first(sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun")]
     args = quote_path_values(["-m", *args])[1:]  # paths as segperf prints them (`=` and `,` too)
     if problem := output_folder_problem(["-m", *args], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
         return fail([problem])
