@@ -445,6 +445,16 @@ def test_the_command_to_continue_keeps_the_launcher_and_the_overrides():
     )
 
 
+def test_the_command_to_continue_keeps_a_users_config_dir():
+    from hydra.conf import ConfigSourceInfo
+
+    config = compose_tune("hydra.sweep.dir=multirun/t")
+    # what Hydra records for `--config-dir "/my conf"`
+    source = ConfigSourceInfo(path="/my conf", schema="file", provider="command-line")
+    config.hydra.runtime.config_sources.append(source)
+    assert cli.command(config, ["model=mine"]) == "python -m segperf.tune --config-dir '/my conf' model=mine"
+
+
 @pytest.mark.slow
 def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_continues(
     tmp_path, tiny_carvana, monkeypatch

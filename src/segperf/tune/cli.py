@@ -223,7 +223,13 @@ def command(config: DictConfig, arguments: list[str]) -> str:
     """The command line of this tune as a user types it (its Hydra overrides too, such as
     hydra/launcher=slurm; not the sweep folder's, which the caller adds where it is wanted)."""
     hydra_args = [o for o in config.hydra.overrides.hydra if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))]
-    return shlex.join([*PROG.split(), *arguments, *hydra_args])
+    # `--config-dir DIR` (a user's own model and data configs): Hydra keeps it as a config source
+    config_dirs = [
+        ["--config-dir", str(source.path)]
+        for source in OmegaConf.select(config, "hydra.runtime.config_sources", default=None) or []
+        if source.provider == "command-line" and source.schema == "file"
+    ]
+    return shlex.join([*PROG.split(), *(a for pair in config_dirs for a in pair), *arguments, *hydra_args])
 
 
 def composable_presets(
