@@ -48,3 +48,27 @@ def test_threads_reach_torch_during_the_run_and_are_restored_for_the_next_job(ti
     assert seen == [wanted] and results["torch_threads"] == wanted and results["axes"]["threads"] == wanted
     assert f"Torch threads           {wanted} intra-op" in (tmp_path / "summary.txt").read_text()
     assert torch.get_num_threads() == TORCH_THREADS
+
+
+def test_an_earlier_jobs_leftovers_in_reference_cycles_are_freed_before_the_next_job():
+    """What a job's peak RSS counts is its own: an earlier job's trainer, module and data (held in
+    reference cycles until the cyclic collector runs) are freed before the next job starts."""
+    import gc
+    import weakref
+
+    class Job:  # trainer <-> module, as Lightning links them
+        pass
+
+    enabled = gc.isenabled()
+    gc.disable()  # the collector would otherwise run at a time of its own choosing
+    try:
+        trainer, module = Job(), Job()
+        trainer.module, module.trainer, module.data = module, trainer, torch.zeros(1024)
+        left = weakref.ref(module)
+        del trainer, module
+        assert left() is not None  # in a cycle: no reference count reaches 0
+        reset_global_state()
+        assert left() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -10,6 +10,7 @@ need not wait for.
 
 from __future__ import annotations
 
+import gc
 import warnings
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 def reset_global_state() -> None:
     """Sweep jobs share one process (Hydra's basic launcher): drop what an earlier job left."""
+    # An earlier job's trainer, module and data sit in reference cycles (trainer <-> module <->
+    # callbacks) until the cyclic collector's next full pass: uncollected, they added 50-90 MiB to
+    # each later job's peak RSS (556 -> 749 MiB over four CNN runs in one process), memory that is
+    # not the job's own. Collected here, every job starts from the same footprint.
+    gc.collect()
     torch._dynamo.reset()  # compiled graphs and their guards
     torch.set_float32_matmul_precision("highest")  # torch's default; a job may have changed it
     torch.backends.cudnn.benchmark = False  # Lightning keeps the current value when benchmark=null
