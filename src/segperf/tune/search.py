@@ -216,12 +216,20 @@ class Tuner:
         final, configs = self._final(best)
         elapsed = self.ledger.elapsed()
         probes = self.ledger.all_probes()
-        result = TuneResult(
-            self.start, best, self.steps, final, configs, self.check, self.stopped, elapsed, *self._about
+        failures = dict(Counter(p.failed for p in probes if p.failed is not None).most_common())
+        return TuneResult(
+            self.start,
+            best,
+            self.steps,
+            final,
+            configs,
+            self.check,
+            self.stopped,
+            elapsed,
+            *self._about,
+            failures=failures,
+            runs=len(probes),
         )
-        result.failures = dict(Counter(p.failed for p in probes if p.failed is not None).most_common())
-        result.runs = len(probes)
-        return result
 
     def _presets(self) -> Config:
         """Stage 1: the start and the presets, interleaved, until each preset is decided; a preset
