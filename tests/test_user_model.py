@@ -209,3 +209,12 @@ def test_the_summary_names_a_users_data_module_and_its_sizes_not_segperfs_own_co
     assert not any("cars" in line or "datapoints" in line for line in lines)
     # a label longer than the column still has its value apart from it
     assert "val_acc (max: the run's quality) 0.9900" in lines
+
+
+def test_a_quality_metric_named_as_logged_with_a_slash_is_read_under_its_results_key():
+    from segperf.training.quality import quality_section
+
+    history = [{"step": 8, "val_acc": 0.4, "val_loss": 1.2}, {"step": 16, "val_acc": 0.7, "val_loss": 0.9}]
+    section = quality_section(history, {"metric": "val/acc", "mode": "max"})  # self.log("val/acc", ...)
+    assert section["metric"] == "val_acc" and section["mode"] == "max"
+    assert section[section["metric"]] == 0.7 and section["first_val_acc"] == 0.4

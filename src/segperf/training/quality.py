@@ -26,6 +26,12 @@ def is_validation_metric(name: str) -> bool:
     return bool(_VALIDATION_NAME.match(name))
 
 
+def results_key(name: str) -> str:
+    """A logged metric's key in results.json: `val/acc` (Lightning's and TensorBoard's grouping
+    separator) is `val_acc` there, as segperf's own workloads' `val/dice` is `val_dice`."""
+    return name.replace("/", "_")
+
+
 class ValidationMetrics(L.Callback):
     """One entry per validation (not the sanity check): {"step": N, "val_acc": 0.91, ...}."""
 
@@ -39,7 +45,7 @@ class ValidationMetrics(L.Callback):
         entry: dict[str, float] = {"step": int(trainer.global_step)}
         for name, value in trainer.callback_metrics.items():
             if is_validation_metric(name):
-                entry[name.replace("/", "_")] = float(value.item() if isinstance(value, torch.Tensor) else value)
+                entry[results_key(name)] = float(value.item() if isinstance(value, torch.Tensor) else value)
         if len(entry) > 1:
             self.history.append(entry)
 
@@ -73,7 +79,7 @@ def quality_section(history: list[dict[str, float]], chosen: dict[str, Any] | No
     section |= {f"first_{name}": first[name] for name in names if name in first}
     section["val_history"] = history
     metric, mode = default_metric(names)
-    if chosen:
-        metric, mode = chosen.get("metric") or metric, chosen.get("mode") or mode
+    if chosen:  # as logged (`val/acc`, say): read under its results.json key
+        metric, mode = results_key(chosen.get("metric") or metric), chosen.get("mode") or mode
     section["metric"], section["mode"] = metric, mode
     return section

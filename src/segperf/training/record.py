@@ -31,7 +31,7 @@ from segperf.perf.summary import NOT_TRAINED, format_not_trained, format_run_sum
 from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
 from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks
-from segperf.training.quality import ValidationMetrics, quality_section
+from segperf.training.quality import ValidationMetrics, quality_section, results_key
 from segperf.training.resume import resume_checkpoint, resume_command
 
 # runs started in this process so far: Hydra's basic launcher runs a sweep's jobs one after another
@@ -197,7 +197,7 @@ class RunRecord:
         choice = self.workload.quality_choice if self.workload is not None else None
         self.results["quality"] = quality_section(recorder.history if recorder else [], choice)
         metric = (choice or {}).get("metric")
-        if metric and self.results["quality"] and metric not in self.results["quality"]:
+        if metric and self.results["quality"] and results_key(metric) not in self.results["quality"]:
             logged = ", ".join(k for k in self.results["quality"] if k.startswith("val") and k != "val_history")
             self.notice(
                 f"model.quality.metric={metric}: the module logged no such validation metric (it logged {logged})"
