@@ -218,3 +218,20 @@ def test_a_quality_metric_named_as_logged_with_a_slash_is_read_under_its_results
     section = quality_section(history, {"metric": "val/acc", "mode": "max"})  # self.log("val/acc", ...)
     assert section["metric"] == "val_acc" and section["mode"] == "max"
     assert section[section["metric"]] == 0.7 and section["first_val_acc"] == 0.4
+
+
+def test_channels_last_converts_the_images_of_any_batch_structure_and_keeps_it():
+    from typing import NamedTuple
+
+    from segperf.training.workload import to_channels_last
+
+    class Batch(NamedTuple):
+        x: torch.Tensor
+        y: torch.Tensor
+
+    image, label = torch.randn(2, 3, 8, 8), torch.tensor([0, 1])
+    for batch in (Batch(image, label), (image, label), [image, label], {"x": image, "y": label}):
+        converted = to_channels_last(batch)
+        assert type(converted) is type(batch)
+        x, y = (converted["x"], converted["y"]) if isinstance(converted, dict) else converted
+        assert x.is_contiguous(memory_format=torch.channels_last) and torch.equal(x, image) and y is label

@@ -20,6 +20,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
+from lightning_utilities.core.apply_func import apply_to_collection
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.errors import SettingsError
@@ -155,17 +156,15 @@ def apply_model_axes(module: L.LightningModule, model_cfg: DictConfig) -> dict[s
 
 
 def to_channels_last(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return (
-            batch.contiguous(memory_format=torch.channels_last)
-            if batch.ndim == 4 and batch.is_floating_point()
-            else batch
-        )
-    if isinstance(batch, list | tuple):
-        return type(batch)(to_channels_last(item) for item in batch)
-    if isinstance(batch, dict):
-        return {key: to_channels_last(value) for key, value in batch.items()}
-    return batch
+    """Every 4-d floating-point tensor of the batch in channels-last layout, the batch's structure
+    kept (tuples, NamedTuples, dicts, dataclasses: Lightning's own collection walker)."""
+
+    def convert(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.ndim == 4 and tensor.is_floating_point():
+            return tensor.contiguous(memory_format=torch.channels_last)
+        return tensor
+
+    return apply_to_collection(batch, torch.Tensor, convert)
 
 
 def wrap_after_transfer(module: L.LightningModule, convert: Callable[[Any], Any]) -> None:
