@@ -163,3 +163,18 @@ def test_the_replay_hands_back_the_engines_outputs_and_notices_a_step_that_does_
     other = Replay(outputs, own)
     other(torch.full((5, 3), 7.0))  # another batch size than the engine's first batch
     assert not other.matched
+
+
+def test_infer_prepares_a_users_data_before_setting_it_up_as_lightning_does(shapes_run, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from shapes.data import ShapesDataModule
+
+    calls = []
+    monkeypatch.setattr(ShapesDataModule, "prepare_data", lambda self: calls.append("prepare_data"), raising=False)
+    original_setup = ShapesDataModule.setup
+    monkeypatch.setattr(
+        ShapesDataModule, "setup", lambda self, stage=None: (calls.append("setup"), original_setup(self, stage))
+    )
+    results = infer(infer_config(f"run_dir={shapes_run}", "val_images=16", "batch_size=16"), tmp_path)
+    assert results["status"] == "completed", results.get("error")
+    assert calls[:2] == ["prepare_data", "setup"]  # a data module that downloads or writes its cache in prepare_data

@@ -101,6 +101,7 @@ def build(
     if users:
         importable(data_cfg, "data")
         datamodule = instantiate_checked(init_config(data_cfg, USER_DATA_KEYS), "data")
+        datamodule.prepare_data()  # as Lightning does before setup: a download, a cache written once
         datamodule.setup("validate")
         settings = LoaderSettings(
             num_workers=data_cfg.get("num_workers", 0),
@@ -119,6 +120,7 @@ def build(
         quality = OmegaConf.to_container(model_cfg.quality) if model_cfg.get("quality") else None
         return InferenceWorkload(module, module, datamodule, loader, device, size, True, quality)
     datamodule = instantiate_checked(data_cfg, "data", val_images=val_images or 1, batch_size=batch_size)
+    datamodule.prepare_data()
     datamodule.setup("validate")
     if val_images is None:  # null: the whole validation split
         use_whole_split(datamodule)
