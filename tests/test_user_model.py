@@ -138,6 +138,18 @@ def test_workers_on_an_iterable_dataset_are_not_applied_with_the_reason_and_the_
     assert not_applied(results)  # the report's "not applied" column reads it
 
 
+def test_workers_segperf_passed_to_the_data_module_are_taken_back_for_an_iterable_dataset():
+    # the data module takes num_workers: its loader arrives with segperf's 2 workers already
+    arrived = DataLoader(Stream(), batch_size=4, num_workers=2)
+    result = rebuild(arrived, settings(num_workers=2), "train", own_workers=0)
+    assert result.loader.num_workers == 0
+    assert sum(len(b) for b in result.loader) == 12  # each sample once, not once a worker
+    assert result.not_applied["data.num_workers"]["used"] == 0
+    # a map-style dataset keeps segperf's workers, and the record says what segperf changed
+    mapped = rebuild(DataLoader(digits(), batch_size=8, num_workers=2), settings(num_workers=2), "val", own_workers=0)
+    assert mapped.loader.num_workers == 2 and mapped.changed["num_workers"] == {"from": 0, "to": 2}
+
+
 def test_a_loader_that_is_no_dataloader_is_kept_and_every_axis_recorded_as_not_applied():
     batches = [(torch.zeros(2, 1, 8, 8), torch.zeros(2))]
     result = rebuild(batches, settings(num_workers=2), "train")
@@ -235,3 +247,19 @@ def test_channels_last_converts_the_images_of_any_batch_structure_and_keeps_it()
         assert type(converted) is type(batch)
         x, y = (converted["x"], converted["y"]) if isinstance(converted, dict) else converted
         assert x.is_contiguous(memory_format=torch.channels_last) and torch.equal(x, image) and y is label
+
+
+class TakesWorkers:
+    def __init__(self, batch_size: int, num_workers: int = 3) -> None:
+        self.batch_size, self.num_workers = batch_size, num_workers
+
+
+def test_what_a_data_module_would_give_its_loaders_without_segperfs_num_workers():
+    from omegaconf import OmegaConf
+
+    from segperf.training.workload import constructor_default
+
+    takes = OmegaConf.create({"_target_": f"{__name__}.TakesWorkers", "batch_size": 8, "num_workers": 2})
+    assert constructor_default(takes, "num_workers") == 3  # its own default, not segperf's 2
+    example = OmegaConf.create({"_target_": "torch.utils.data.TensorDataset", "num_workers": 2})
+    assert constructor_default(example, "num_workers") is None  # takes no num_workers: segperf passes none

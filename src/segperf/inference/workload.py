@@ -32,6 +32,7 @@ from segperf.training.workload import (
     PLAIN,
     USER_DATA_KEYS,
     USER_MODEL_KEYS,
+    constructor_default,
     init_config,
     is_users_model,
     to_channels_last,
@@ -110,7 +111,9 @@ def build(
             persistent_workers=data_cfg.get("persistent_workers", True),
             batch_size=batch_size,
         )
-        loader = rebuild(datamodule.val_dataloader(), settings, "val").loader
+        loader = rebuild(
+            datamodule.val_dataloader(), settings, "val", constructor_default(data_cfg, "num_workers")
+        ).loader
         dataset = getattr(loader, "dataset", None)
         size = len(dataset) if hasattr(dataset, "__len__") else None
         if val_images is not None:  # whole batches from the start, as training's limit_val_batches

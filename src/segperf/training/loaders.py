@@ -58,8 +58,12 @@ def _own_batch_size(loader: DataLoader) -> int | None:
     return getattr(loader.batch_sampler, "batch_size", None)
 
 
-def rebuild(loader: Any, settings: LoaderSettings, name: str) -> Rebuilt:
-    """`loader` with `settings` applied where they can be (see the module docstring)."""
+def rebuild(loader: Any, settings: LoaderSettings, name: str, own_workers: int | None = None) -> Rebuilt:
+    """`loader` with `settings` applied where they can be (see the module docstring).
+
+    `own_workers`: where segperf passed its num_workers to the data module's constructor, the
+    workers the module's own default would have given (the loader arrives with segperf's already):
+    what the record's "from" says, and what an IterableDataset's loader keeps."""
     if not isinstance(loader, DataLoader):
         reason = (
             f"the data module's {name}_dataloader() returned {type(loader).__name__}, not a torch DataLoader: "
@@ -72,17 +76,18 @@ def rebuild(loader: Any, settings: LoaderSettings, name: str) -> Rebuilt:
         )
     not_applied: dict[str, dict[str, Any]] = {}
     workers = settings.num_workers
+    theirs = loader.num_workers if own_workers is None else own_workers
     iterable = isinstance(loader.dataset, IterableDataset)
-    if iterable and workers != loader.num_workers:
+    if iterable and workers != theirs:
         # every worker iterates its own copy of an IterableDataset: without sharding by
         # torch.utils.data.get_worker_info() inside the dataset, N workers yield every sample N times
         not_applied[SETTING_KEYS["num_workers"]] = {
             "requested": workers,
-            "used": loader.num_workers,
+            "used": theirs,
             "reason": f"{type(loader.dataset).__name__} is an IterableDataset: each worker would yield the whole "
             "dataset (duplicates) unless the dataset shards itself by worker, so the loader keeps its workers",
         }
-        workers = loader.num_workers
+        workers = theirs
     options: dict[str, Any] = {
         "num_workers": workers,
         "pin_memory": settings.pin_memory,
@@ -109,7 +114,9 @@ def rebuild(loader: Any, settings: LoaderSettings, name: str) -> Rebuilt:
             }
     else:
         options |= {"sampler": loader.sampler, "batch_size": batch_size, "drop_last": loader.drop_last}
-    before = _settings_of(loader)
+    before = _settings_of(loader) | {"num_workers": theirs}
+    if not theirs:
+        before["prefetch_factor"] = None  # as for any loader without workers
     new: Any = DataLoader(loader.dataset, **options)
     # what the new loader does, DataLoader's defaults resolved (prefetch_factor=None is 2 with workers)
     after = _settings_of(new) | {"batch_size": batch_size}

@@ -100,8 +100,9 @@ def build_workload(cfg: DictConfig) -> Workload:
         persistent_workers=cfg.data.get("persistent_workers", True),
         batch_size=cfg.batch_size,
     )
+    own_workers = constructor_default(cfg.data, "num_workers")
     for name in ("train", "val"):
-        rebuild_loaders_of(workload, name, settings)
+        rebuild_loaders_of(workload, name, settings, own_workers)
     steps = math.ceil(cfg.train_images / cfg.batch_size)
     workload.trainer_options = {
         # the run size in batches: the user's loaders have their own length, and may be shorter
@@ -177,14 +178,26 @@ def wrap_after_transfer(module: L.LightningModule, convert: Callable[[Any], Any]
     module.on_after_batch_transfer = on_after_batch_transfer
 
 
-def rebuild_loaders_of(workload: Workload, name: str, settings: LoaderSettings) -> None:
+def constructor_default(node: DictConfig, key: str) -> Any:
+    """What the user's own class gives `key` when segperf does not: None where segperf does not pass
+    it (the class takes no such argument), else the argument's default (0 when it has none)."""
+    params = inspect.signature(get_class(node._target_).__init__).parameters
+    if key not in params or node.get(key) is None:
+        return None
+    default = params[key].default
+    return 0 if default is inspect.Parameter.empty else default
+
+
+def rebuild_loaders_of(workload: Workload, name: str, settings: LoaderSettings, own_workers: int | None = None) -> None:
     """The data module's `<name>_dataloader` returns its loader rebuilt; patched on the instance,
-    so every other hook of the user's data module (setup, transfer, state) stays theirs."""
+    so every other hook of the user's data module (setup, transfer, state) stays theirs.
+    `own_workers`: the workers the data module would have given its loaders had segperf not passed
+    its num_workers to the constructor (see segperf.training.loaders.rebuild)."""
     datamodule = workload.datamodule
     own = getattr(datamodule, f"{name}_dataloader")
 
     def rebuilt_loader() -> Any:
-        result = rebuild(own(), settings, name)
+        result = rebuild(own(), settings, name, own_workers)
         dataset = getattr(result.loader, "dataset", None)
         size = len(dataset) if hasattr(dataset, "__len__") else None
         workload.loaders[name] = result.record() | {"dataset_size": size}
