@@ -407,6 +407,26 @@ def test_finish_writes_tuned_yaml_tune_json_and_the_report_and_prints_the_preset
     assert (tune / "final.png").stat().st_size > 0 and (tune / "steps.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize(
+    "command,expected",
+    [
+        ("python -m segperf.tune data.height=128 batch_size=6", "python -m segperf.train +opt=tuned"),
+        (
+            "python -m segperf.tune model=cnn data=mnist batch_size=64",
+            "python -m segperf.train model=cnn data=mnist +opt=tuned",
+        ),
+        (
+            "python -m segperf.tune --config-dir '/my conf' model=mine data=theirs train_images=768",
+            "python -m segperf.train --config-dir '/my conf' model=mine data=theirs +opt=tuned",
+        ),
+    ],
+)
+def test_the_way_to_apply_a_tune_names_the_workload_it_was_tuned_on(command, expected):
+    from segperf.tune.output import apply_command
+
+    assert apply_command(command) == expected
+
+
 def test_failed_runs_are_counted_in_the_report_and_warned_of_before_the_preset_path(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
     result = fake_result()

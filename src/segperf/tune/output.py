@@ -11,6 +11,7 @@ are atomic: a tune stopped while writing leaves the previous preset whole.
 
 from __future__ import annotations
 
+import shlex
 import socket
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -95,12 +96,24 @@ def preset_text(body: Mapping[str, Any], header: Sequence[str]) -> str:
     return "# @package _global_\n" + comments + yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
 
 
-def preset_header(facts: Mapping[str, Any], tune_dir: Path, speedup: str) -> list[str]:
+def apply_command(command: str) -> str:
+    """How to train with the tune: its workload (--config-dir, model=, data=) and `+opt=tuned`,
+    from the tune's own command line; the preset is for the workload it was tuned on."""
+    words, workload = shlex.split(command), []
+    for i, word in enumerate(words):
+        if word in ("--config-dir", "-cd") and i + 1 < len(words):
+            workload += words[i : i + 2]
+        elif word.startswith(("--config-dir=", "model=", "data=")):
+            workload.append(word)
+    return shlex.join(["python", "-m", "segperf.train", *workload, "+opt=tuned"])
+
+
+def preset_header(facts: Mapping[str, Any], tune_dir: Path, speedup: str, apply: str = "") -> list[str]:
     return [
         f"The fastest configuration `python -m segperf.tune` found on {facts['hostname']}",
         f"({facts['cpu_model']}, {facts['cores']} cores, torch {facts['torch']}) on {datetime.now():%Y-%m-%d %H:%M}:",
         f"{speedup}. The tune: {tune_dir} (tune_report.md).",
-        "Apply it with: python -m segperf.train +opt=tuned",
+        f"Apply it with: {apply or 'python -m segperf.train +opt=tuned'}",
     ]
 
 
@@ -135,7 +148,8 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     composed = loader.load_sweep_config(config, list(result.best))
     choices = {str(k): v for k, v in composed.hydra.runtime.choices.items()}
     text = preset_text(
-        preset_body(result.best, choices, batch_size=settings.batch_size), preset_header(facts, tune_dir, speedup)
+        preset_body(result.best, choices, batch_size=settings.batch_size),
+        preset_header(facts, tune_dir, speedup, apply_command(command)),
     )
     local, cached = write_preset(tune_dir, text)
     record = {
@@ -158,6 +172,6 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     if failed:
         reason, count = next(iter(result.failures.items()))
         print(f"segperf.tune: warning: {failed} of {result.runs} runs failed; most often ({count}x): {reason}")
-    print(f"segperf.tune: report {report}; apply with: python -m segperf.train +opt=tuned")
+    print(f"segperf.tune: report {report}; apply with: {apply_command(command)}")
     print(cached)  # the last line: the preset's path (DESIGN.md)
     return result
