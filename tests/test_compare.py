@@ -107,6 +107,15 @@ def test_runs_of_another_workload_cannot_be_compared(tmp_path, capsys):
     assert "another workload" in capsys.readouterr().err and "model._target_" in compare_json(cand)["reason"]
 
 
+def test_runs_that_recorded_no_workload_are_compared_with_a_note_that_says_so(tmp_path, capsys):
+    ref, cand = side(tmp_path, "ref", workers=0), side(tmp_path, "cand", workers=0)
+    edit_runs(cand, lambda r: r.pop("config"))  # PerfMonitor in a script records no config
+    assert main([str(ref), str(cand)]) == 0
+    err = capsys.readouterr().err
+    assert "3 of 6 runs recorded no workload" in err and "taken to be the same model" in err
+    assert compare_json(cand)["notes"][0].startswith("3 of 6 runs recorded no workload")
+
+
 def test_a_failed_run_cannot_be_compared_and_is_named(tmp_path, capsys):
     ref, cand = side(tmp_path, "ref", workers=0), side(tmp_path, "cand", workers=0)
     failed = next(cand.glob("*/results.json"))

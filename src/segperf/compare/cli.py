@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from segperf.compare.sides import Incomparable, Side, check_comparable, load_side
+from segperf.compare.sides import Incomparable, Side, check_comparable, load_side, unrecorded_workload
 from segperf.report.decide import CONFIRM, decision_values
 from segperf.report.stats import MIN_RUNS, Comparison, compare_throughput
 
@@ -150,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         if out is not None:
             write_record({"exit_status": INCOMPARABLE, "decision": "cannot compare", "reason": str(reason)}, out)
         return INCOMPARABLE
+    if unknown := unrecorded_workload(ref.runs + cand.runs):
+        record["notes"] = [
+            f"{len(unknown)} of {len(ref.runs) + len(cand.runs)} runs recorded no workload (no config in "
+            f"results.json, as from PerfMonitor in a script: {unknown[0].path}); taken to be the same model"
+        ]
+        for note in record["notes"]:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
     print_record(record)
     if out is not None and (path := write_record(record, out)):
         print(f"compare.json: {path}")

@@ -94,6 +94,13 @@ def workload(run: Run) -> dict[str, Any]:
     return {"kind": run.kind} | {key: value for key, value in found.items() if value is not None}
 
 
+def unrecorded_workload(runs: list[Run]) -> list[Run]:
+    """The runs that recorded no workload (results.json without `config`: PerfMonitor in a user's
+    own script) when others did: compared on the user's word that they trained the same model."""
+    recorded = [run for run in runs if isinstance(run.results.get("config"), dict)]
+    return [run for run in runs if run not in recorded] if recorded else []
+
+
 def workload_differences(runs: list[Run]) -> dict[str, list[str]]:
     """Workload fields with more than one recorded value across `runs`, each with its values."""
     seen: dict[str, dict[str, None]] = {}
