@@ -481,6 +481,15 @@ def test_progress_names_each_probe_its_candidate_and_images_per_s():
     assert any(pattern.fullmatch(line) for line in lines), lines
 
 
+def test_progress_names_the_settings_a_probe_did_not_apply_apart_from_a_failure():
+    lines: list[str] = []
+    workload = Workload({"pin=on": 1.2}, not_applied={"pin=on"}, failing={"compile=on"})
+    tune(workload, presets={}, progress=lines.append)
+    assert any(line.endswith("pin=on: 12 images/s (cfg.pin not applied)") for line in lines), lines
+    failed = [line for line in lines if "failed:" in line]
+    assert failed and not any("not applied" in line for line in failed)
+
+
 def test_the_result_is_json():
     result = tune(Workload({"workers=auto": 1.5}), quality=True)
     data = json.loads(json.dumps(result.to_dict()))

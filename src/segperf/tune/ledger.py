@@ -159,7 +159,8 @@ class Ledger:
         flags = (
             ("cut at the time limit", probe.cut),
             ("screened out", probe.screened),
-            ("not applied", probe.not_applied),
+            # which settings: beside a failure, a bare "not applied" read as the failure's cause
+            (f"{', '.join(n.split(':')[0] for n in probe.not_applied)} not applied", probe.not_applied),
         )
         extras = [word for word, on in flags if on]
         extras += ["from the journal"] if replayed else []
