@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from segperf.inference import benchmark
-from segperf.training.quality import is_validation_metric
+from segperf.training.quality import is_validation_metric, results_key
 
 
 class Batches(Dataset):
@@ -121,7 +121,7 @@ def validate(module: L.LightningModule, batches: list[Any], device: torch.device
         finally:
             quiet.level = level
     return {
-        name.replace("/", "_"): float(value)
+        results_key(name): float(value)
         for name, value in trainer.callback_metrics.items()
         if is_validation_metric(name)
     }

@@ -183,7 +183,7 @@ class RunRecord:
             self._user_quality()
             return
         names = module.quality_metrics  # the U-Net's val/pixel_accuracy, val/dice, val/loss; the CNN's ...
-        results["quality"] = {name.replace("/", "_"): _item(metrics.get(name)) for name in names}
+        results["quality"] = {results_key(name): _item(metrics.get(name)) for name in names}
         # how far quality came: the first validation's values beside the last's, and each validation's
         history = getattr(module, "val_history", None)
         if history:
