@@ -34,7 +34,7 @@ from segperf.tune.search import (
     Tuner,
     _stops_compiling,
 )
-from segperf.tune.space import Axis, merge
+from segperf.tune.space import Axis, merge, share_cores
 
 START_SPEED = 10.0  # images/s of the start
 STARTUP_S = 10  # each probe's start-up and warm-up
@@ -78,8 +78,11 @@ class Workload:
         interrupt_after=None,
         first_run_s=None,
         aliases=None,
+        together=None,
     ):
         self.speeds, self.seed, self.noise = speeds, seed, noise
+        # {overrides: factor}: what a set of overrides multiplies the speed by beyond their own factors
+        self.together = together or {}
         # override -> seconds its first probe pays once (a cold torch.compile cache)
         self.first_run_s = first_run_s or {}
         self.not_applied, self.failing = set(not_applied), set(failing)
@@ -96,7 +99,8 @@ class Workload:
         return self.now
 
     def speed(self, config: Config) -> float:
-        return START_SPEED * math.prod(self.speeds.get(o, 1.0) for o in config)
+        alone = math.prod(self.speeds.get(o, 1.0) for o in config)
+        return START_SPEED * alone * math.prod(f for pair, f in self.together.items() if pair <= set(config))
 
     def identity(self, config: Config) -> Config:
         """The run a configuration composes: its overrides with the aliases resolved, without the
@@ -180,6 +184,22 @@ def test_keeps_a_real_gain_and_the_speed_up_shows_in_the_final_side_by_side():
     start = [p.images_per_s for p in result.final["start"]]
     assert len(tuned) == len(start) == 2
     assert compare_throughput(tuned, start).ratio == pytest.approx(1.5, rel=0.1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_workers_that_pay_only_with_threads_left_to_them_are_found_where_the_two_share_the_cores(seed):
+    """An outside CNN on 2 cores: workers alone 1.0x, one thread alone 0.91x, both 1.75x
+    (docs/BENCHMARKS.md). One axis at a time keeps neither; with the pair as a workers option
+    (space.share_cores, the tune's axes where the net computes on the CPU) the tune keeps both."""
+    speeds = {"workers=auto": 1.0, "threads=half": 0.91}
+    together = {frozenset(("workers=auto", "threads=half")): 1.75 / 0.91}
+    axes = [*AXES, axis("threads", "default", "half")]
+    apart = tune(Workload(speeds, seed=seed, together=together), axes=axes, presets={}, budget_s=1500.0)
+    assert not {"workers=auto", "threads=half"} <= set(apart.best)
+    shared = tune(Workload(speeds, seed=seed, together=together), axes=share_cores(axes), presets={}, budget_s=1500.0)
+    assert {"workers=auto", "threads=half"} <= set(shared.best)
+    [first] = [s for s in shared.steps if s.axis == "workers"][:1]
+    assert first.option == ("workers=auto", "threads=half") and first.verdict == KEPT
 
 
 def test_a_no_op_option_is_rarely_kept_over_many_seeds():

@@ -88,12 +88,39 @@ def test_batch_size_is_an_axis_only_when_asked(unet):
     assert axis.changes_learning and axis.start == (f"batch_size={size}",)
 
 
+@pytest.mark.parametrize("cores", [2, 16])
+def test_where_the_net_computes_on_the_cpu_workers_are_also_tried_with_threads_left_to_them_first(cnn, cores):
+    """Worker processes and torch's threads share a CPU's cores: the pair is one option of the
+    workers axis (coordinate ascent changes one axis at a time and misses it), tried first; every
+    worker count is tried alone too, and workers=off never takes threads with it."""
+    on_gpu = {a.name: a for a in space.axes(*cnn, cores=cores)}
+    on_cpu = {a.name: a for a in space.axes(*cnn, cores=cores, compute_on_cpu=True)}
+    assert all(len(o) == 1 for o in on_gpu["workers"].options)
+    assert on_cpu["workers"].options[0] == ("workers=auto", "threads=half")
+    assert set(on_gpu["workers"].options) < set(on_cpu["workers"].options)
+    paired = [o for o in on_cpu["workers"].options if len(o) == 2]
+    assert {o[1] for o in paired} == {"threads=half"}
+    assert {o[0] for o in paired} == {o for (o,) in on_gpu["workers"].options} - {"workers=off"}
+    assert {n: a for n, a in on_cpu.items() if n != "workers"} == {n: a for n, a in on_gpu.items() if n != "workers"}
+
+
+def test_an_option_that_sets_another_axis_key_replaces_the_configurations_own_setting_of_it(cnn):
+    by_name = {a.name: a for a in space.axes(*cnn, cores=2, compute_on_cpu=True)}
+    best = ("compile=on", "threads=all", "workers=off")
+    assert space.with_setting(best, by_name["workers"], ("workers=auto", "threads=half")) == (
+        "compile=on",
+        "threads=half",
+        "workers=auto",
+    )
+    assert space.with_setting(best, by_name["workers"], ()) == ("compile=on", "threads=all")
+
+
 @pytest.mark.slow  # composes every case (~2 s); `make test` (CI) runs it
 def test_every_option_composes_with_the_workload(unet, cnn):
     """Each override string is one Hydra takes on top of the workload (a group option that does not
     exist, or a key the schema does not have, would fail every probe of it)."""
     for overrides, workload in ((UNET, unet), (CNN, cnn)):
-        axes = space.axes(*workload, cores=16, batch_size=True)
+        axes = space.axes(*workload, cores=16, batch_size=True, compute_on_cpu=True)
         for i in range(max(len(axis.options) for axis in axes)):  # the i-th option of every axis at once
             composed(*overrides, *(o for axis in axes if i < len(axis.options) for o in axis.options[i]))
 

@@ -147,7 +147,7 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
     from segperf.schema import SettingsError
     from segperf.tune import space
     from segperf.tune.journal import Journal
-    from segperf.tune.native import emulated_precisions, native_presets
+    from segperf.tune.native import computes_on_cpu, emulated_precisions, native_presets
     from segperf.tune.probe import config_of
     from segperf.tune.runner import LaunchMeasure
     from segperf.tune.search import Tuner
@@ -165,7 +165,9 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
     plain = {k: v for k, v in OmegaConf.to_container(config, resolve=False).items() if k != "hydra"}
     # the start: the training overrides (the tune.* settings are the tuner's, not the probes')
     start = config_of(a for a in arguments if not override_key(a).split(".")[0] == "tune")
-    axes = space.axes(plain, choices, cores_per_rank(config.trainer.devices), batch_size=settings.batch_size)
+    cores = cores_per_rank(config.trainer.devices)
+    on_cpu = computes_on_cpu(str(config.trainer.accelerator))
+    axes = space.axes(plain, choices, cores, batch_size=settings.batch_size, compute_on_cpu=on_cpu)
     presets, notes = composable_presets(config, loader, settings, choices, start)
     emulated = emulated_precisions(str(config.trainer.accelerator)) if "precision" in choices else {}
     presets, preset_notes = native_presets(presets, emulated)

@@ -72,6 +72,14 @@ def autocast_slowdown(precision: str, repeats: int = 2) -> float | None:
     return step_s(getattr(torch, dtype_name)) / fp32 if fp32 > 0 else None
 
 
+def computes_on_cpu(accelerator: str) -> bool:
+    """Whether a run with this `trainer.accelerator` computes on the CPU (torch says, for "auto"):
+    its DataLoader workers then share the cores with torch's threads (segperf.tune.space.share_cores)."""
+    from segperf.training.trainer import runs_on_cpu
+
+    return runs_on_cpu(accelerator)
+
+
 def emulated_precisions(
     accelerator: str,
     *,

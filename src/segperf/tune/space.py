@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,14 @@ def without_keys(overrides: Iterable[str], keys: Iterable[str]) -> list[str]:
     return [o for o in overrides if override_key(o) not in drop]
 
 
-def axes(cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = False) -> list[Axis]:
+def axes(
+    cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = False, compute_on_cpu: bool = False
+) -> list[Axis]:
     """The speed axes of the workload `cfg` composes (a DictConfig or its plain container), with
     `choices` (hydra.runtime.choices) telling which option of each group it was composed with,
-    and `cores` the cores one training process may use (segperf.config.cores_per_rank)."""
+    and `cores` the cores one training process may use (segperf.config.cores_per_rank).
+    `compute_on_cpu`: the net runs on the CPU, where DataLoader workers and torch's threads share
+    the cores (share_cores)."""
     cores = max(1, int(cores))
     found = []
     for group in SEARCH_ORDER:
@@ -84,6 +88,8 @@ def axes(cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = Fa
                 group, tuple(options), (group, key), (f"{group}={chosen}",), changes_learning=group in CHANGES_LEARNING
             )
         )
+    if compute_on_cpu:
+        found = share_cores(found)
     if batch_size and isinstance(cfg.get("batch_size"), int):
         size = cfg.get("batch_size")
         sizes = [s for s in (size // 2, size * 2, size * 4) if s >= 1 and s != size]
@@ -93,6 +99,36 @@ def axes(cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = Fa
             )
         )
     return found
+
+
+def share_cores(found: list[Axis], threads: str = "threads=half") -> list[Axis]:
+    """`found` with the workers axis also trying each worker count together with `threads`, the
+    worker-count option leaving the cores to the workers first.
+
+    Why: where the net computes on the CPU, worker processes and torch's intra-op threads compete
+    for the same cores, so the two axes interact and coordinate ascent, which changes one axis at a
+    time, can miss the pair. Measured on an outside input-bound CNN on 2 cores (docs/BENCHMARKS.md):
+    workers=auto alone 1.18x the start, threads=one alone 0.91x, both 1.75x, and at the tune's
+    probe size workers alone was not distinguishable, so the tune kept neither."""
+    by_name = {axis.name: axis for axis in found}
+    if "workers" not in by_name or "threads" not in by_name:
+        return found
+    workers = by_name["workers"]
+    counted = [option for option in workers.options if not _loads_in_main_process(option)]
+    joint = tuple((*option, threads) for option in counted)
+    options = joint[:1] + tuple(o for o in workers.options) + joint[1:]
+    return [replace(axis, options=options) if axis is workers else axis for axis in found]
+
+
+def _loads_in_main_process(option: Config) -> bool:
+    """Whether a workers option sets no worker processes (workers=off, data.num_workers=0)."""
+    for override in option:
+        key, _, value = override.partition("=")
+        if key == "workers":
+            return axis_table.option_settings("workers", value)["data.num_workers"] == 0
+        if key == "data.num_workers":
+            return int(value) == 0
+    return False
 
 
 def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -202,8 +238,9 @@ def setting(config: Config, axis: Axis) -> Config:
 
 
 def with_setting(config: Config, axis: Axis, new: Config) -> Config:
-    """`config` with its own setting of `axis` replaced by `new` (empty: the base's)."""
-    return config_of([o for o in config if override_key(o) not in axis.keys] + list(new))
+    """`config` with its own setting of `axis` replaced by `new` (empty: the base's); `new` may set
+    another axis' key too (share_cores' workers with threads), which then replaces config's."""
+    return config_of(without_keys(config, (*axis.keys, *(override_key(o) for o in new))) + list(new))
 
 
 def merge(base: Config, overrides: Config) -> Config:
