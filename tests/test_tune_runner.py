@@ -408,23 +408,33 @@ def test_finish_writes_tuned_yaml_tune_json_and_the_report_and_prints_the_preset
 
 
 @pytest.mark.parametrize(
-    "command,expected",
+    "command,batch_size,expected",
     [
-        ("python -m segperf.tune data.height=128 batch_size=6", "python -m segperf.train +opt=tuned"),
         (
-            "python -m segperf.tune model=cnn data=mnist batch_size=64",
+            "python -m segperf.tune data.height=128 batch_size=6 workers=off tune.budget_minutes=6",
+            False,
+            "python -m segperf.train data.height=128 batch_size=6 +opt=tuned",
+        ),
+        (
+            "python -m segperf.tune model=cnn data=mnist batch_size=64 num_threads=1 hydra/launcher=basic",
+            True,
             "python -m segperf.train model=cnn data=mnist +opt=tuned",
         ),
         (
-            "python -m segperf.tune --config-dir '/my conf' model=mine data=theirs train_images=768",
-            "python -m segperf.train --config-dir '/my conf' model=mine data=theirs +opt=tuned",
+            "python -m segperf.tune --config-dir '/my conf' model=mine data=theirs train_images=768 batch_size=32",
+            False,
+            "python -m segperf.train --config-dir '/my conf' model=mine data=theirs train_images=768 batch_size=32 "
+            "+opt=tuned",
         ),
     ],
 )
-def test_the_way_to_apply_a_tune_names_the_workload_it_was_tuned_on(command, expected):
+def test_the_way_to_apply_a_tune_names_the_workload_and_run_size_it_was_tuned_on(command, batch_size, expected):
+    """The preset sets the speed axes (and the batch size when the tune searched it); the rest of
+    the start's overrides, the run size above all, go on the command: `+opt=tuned` alone trains at
+    the default size, at another batch size than the one the tune measured."""
     from segperf.tune.output import apply_command
 
-    assert apply_command(command) == expected
+    assert apply_command(command, batch_size=batch_size) == expected
 
 
 def test_failed_runs_are_counted_in_the_report_and_warned_of_before_the_preset_path(tmp_path, monkeypatch, capsys):

@@ -96,16 +96,25 @@ def preset_text(body: Mapping[str, Any], header: Sequence[str]) -> str:
     return "# @package _global_\n" + comments + yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
 
 
-def apply_command(command: str) -> str:
-    """How to train with the tune: its workload (--config-dir, model=, data=) and `+opt=tuned`,
-    from the tune's own command line; the preset is for the workload it was tuned on."""
-    words, workload = shlex.split(command), []
-    for i, word in enumerate(words):
-        if word in ("--config-dir", "-cd") and i + 1 < len(words):
-            workload += words[i : i + 2]
-        elif word.startswith(("--config-dir=", "model=", "data=")):
-            workload.append(word)
-    return shlex.join(["python", "-m", "segperf.train", *workload, "+opt=tuned"])
+def apply_command(command: str, batch_size: bool = False) -> str:
+    """How to train with the tune: its workload (--config-dir, model=, data=), the rest of the
+    start's overrides that the preset does not set (the run size: `+opt=tuned` alone trains at the
+    default size, not the batch size the tune measured) and `+opt=tuned`, from the tune's command
+    line. `batch_size`: the tune searched the batch size, so the preset sets it."""
+    tuned = {*AXIS_GROUPS, *KNOBS, *(key for axis in training_axes() for key in axis.keys)}
+    tuned |= {"batch_size"} if batch_size else set()
+    words = iter(shlex.split(command))
+    kept = []
+    for word in words:
+        if word in ("--config-dir", "-cd"):
+            kept += [word, next(words, "")]
+        elif word.startswith("--config-dir="):
+            kept.append(word)
+        elif "=" in word and not word.startswith("-"):
+            key = override_key(word)
+            if key not in tuned and key.split(".")[0] not in ("tune", "hydra") and not key.startswith("hydra/"):
+                kept.append(word)
+    return shlex.join(["python", "-m", "segperf.train", *kept, "+opt=tuned"])
 
 
 def preset_header(facts: Mapping[str, Any], tune_dir: Path, speedup: str, apply: str = "") -> list[str]:
@@ -149,7 +158,7 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     choices = {str(k): v for k, v in composed.hydra.runtime.choices.items()}
     text = preset_text(
         preset_body(result.best, choices, batch_size=settings.batch_size),
-        preset_header(facts, tune_dir, speedup, apply_command(command)),
+        preset_header(facts, tune_dir, speedup, apply_command(command, settings.batch_size)),
     )
     local, cached = write_preset(tune_dir, text)
     record = {
@@ -172,6 +181,6 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     if failed:
         reason, count = next(iter(result.failures.items()))
         print(f"segperf.tune: warning: {failed} of {result.runs} runs failed; most often ({count}x): {reason}")
-    print(f"segperf.tune: report {report}; apply with: {apply_command(command)}")
+    print(f"segperf.tune: report {report}; apply with: {apply_command(command, settings.batch_size)}")
     print(cached)  # the last line: the preset's path (DESIGN.md)
     return result
