@@ -21,11 +21,13 @@ they learn as well; the question the guard answers is whether they do.
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import sys
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
@@ -42,6 +44,32 @@ CONFIG_NAME = "tune"
 SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
 
 
+@contextmanager
+def console_handlers_to(log: TextIO) -> Iterator[None]:
+    """Point the logging handlers that write to the console at `log` for a while.
+
+    Why: Lightning adds a console handler of its own to its loggers when it is imported before
+    logging is configured (lightning/pytorch/__init__.py: a StreamHandler, propagate=False), bound
+    to the stderr of that moment, so redirect_stderr does not reach it: each probe printed its
+    seed, accelerator and stopping lines among the tune's progress lines."""
+    consoles = {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}
+    loggers = [
+        logging.getLogger(),
+        *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)),
+    ]
+    moved = [
+        (handler, handler.setStream(log))
+        for logger in loggers
+        for handler in logger.handlers
+        if type(handler) is logging.StreamHandler and handler.stream in consoles
+    ]
+    try:
+        yield
+    finally:
+        for handler, stream in moved:
+            handler.setStream(stream)
+
+
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def probe_job(cfg: DictConfig) -> None:
     """One probe: segperf.train's job, with its console output in the run folder's output.txt.
@@ -51,7 +79,12 @@ def probe_job(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     stopped: SystemExit | None = None
-    with (run_dir / "output.txt").open("w") as log, redirect_stdout(log), redirect_stderr(log):
+    with (
+        (run_dir / "output.txt").open("w") as log,
+        console_handlers_to(log),
+        redirect_stdout(log),
+        redirect_stderr(log),
+    ):
         try:
             train_main.__wrapped__(cfg)  # the undecorated job function (hydra.main wraps it with functools.wraps)
         except SystemExit as stop:
