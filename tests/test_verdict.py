@@ -166,3 +166,15 @@ def test_short_steps_lost_in_the_frameworks_per_step_work_are_overhead_bound_wit
         phases, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu", settings=settings, advice="dataloader"
     )
     assert user["overrides"] == ["DataLoader(batch_size=64)"]
+
+
+def test_validating_less_often_is_advised_only_to_a_run_that_validates_before_its_end():
+    """A run with val_every_images >= train_images validates once, at its end: a larger
+    val_every_images cannot cut that, fewer validation images can."""
+    phases = make_phases(**BASE, data_wait=2.0, train_step=40.0, validation=35.0, logging=3.0)
+    sizes = {"train_images": 1024, "val_images": 256, "batch_size": 32}
+    on_cpu = {"starved_fraction": 0.0, "gpu_util_mean": None, "device_type": "cpu"}
+    once = verdict(phases, **on_cpu, settings={**sizes, "val_every_images": 1024})
+    assert "val_images=128" in once["overrides"] and not any("val_every_images" in o for o in once["overrides"])
+    often = verdict(phases, **on_cpu, settings={**sizes, "val_every_images": 256})
+    assert "val_every_images=512" in often["overrides"] and "val_images=128" in often["overrides"]

@@ -33,6 +33,8 @@ class Scaled:
     key: str
     factor: float
     text: str = "{key}={value}"
+    # whether the lever can change anything in a run of these settings (None: always)
+    applies: Callable[[dict[str, Any]], bool] | None = None
 
     def override(self, value: Any) -> str | None:
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -55,7 +57,16 @@ DECONV = Lever("upsample=deconv", "model.net.upsample", lambda v: v == "upconv")
 
 LARGER_BATCH = Scaled("batch_size", 2)
 LONGER_RUN = Scaled("train_images", 4)
-RARER_VALIDATION = Scaled("val_every_images", 2)
+
+
+def _validates_before_the_end(settings: dict[str, Any]) -> bool:
+    """Whether a run validates more than once: with val_every_images at or above train_images it
+    validates only at its end, which validating less often cannot remove."""
+    every, images = settings.get("val_every_images"), settings.get("train_images")
+    return not (isinstance(every, int) and isinstance(images, int) and every >= images)
+
+
+RARER_VALIDATION = Scaled("val_every_images", 2, applies=_validates_before_the_end)
 FEWER_VAL_IMAGES = Scaled("val_images", 0.5)
 RARER_LOGGING = Scaled("trainer.log_every_n_steps", 2)
 
@@ -128,7 +139,7 @@ def untried(levers: Sequence[Lever | Scaled], settings: dict[str, Any] | None) -
         if value is _ABSENT:
             continue  # not a key of this workload: Hydra would refuse the override
         if isinstance(lever, Scaled):
-            override = lever.override(value)
+            override = lever.override(value) if lever.applies is None or lever.applies(settings) else None
         else:
             override = lever.override if lever.untried(value) else None
         if override is not None:
