@@ -102,8 +102,8 @@ def axes(
 
 
 def share_cores(found: list[Axis], threads: str = "threads=half") -> list[Axis]:
-    """`found` with the workers axis also trying each worker count together with `threads`, the
-    worker-count option leaving the cores to the workers first.
+    """`found` with the workers axis also trying each worker count together with `threads`; the
+    first of these pairs (workers=auto with threads=half) is the axis' first option.
 
     Why: where the net computes on the CPU, worker processes and torch's intra-op threads compete
     for the same cores, so the two axes interact and coordinate ascent, which changes one axis at a
@@ -116,7 +116,7 @@ def share_cores(found: list[Axis], threads: str = "threads=half") -> list[Axis]:
     workers = by_name["workers"]
     counted = [option for option in workers.options if not _loads_in_main_process(option)]
     joint = tuple((*option, threads) for option in counted)
-    options = joint[:1] + tuple(o for o in workers.options) + joint[1:]
+    options = joint[:1] + workers.options + joint[1:]
     return [replace(axis, options=options) if axis is workers else axis for axis in found]
 
 
