@@ -60,6 +60,14 @@ def test_the_same_runs_on_both_sides_pass_with_exit_0(tmp_path, capsys):
     assert compare_json(cand)["ratio"] == pytest.approx(1.0)
 
 
+def test_the_very_same_runs_given_as_both_sides_pass_with_a_note_that_says_so(tmp_path, capsys):
+    ref = side(tmp_path, "ref", workers=0)
+    assert main([str(ref), str(ref)]) == 0
+    captured = capsys.readouterr()
+    assert "3 runs are on both sides" in captured.err and "ratio is 1 by construction" in captured.err
+    assert compare_json(ref)["notes"] == [captured.err.split("note: ", 1)[1].strip()]
+
+
 def test_a_slowdown_within_noise_passes(tmp_path, capsys):
     # 2.10 against 2.23 images/s: 6% slower on the medians, but the interval reaches above 0.95
     ref, cand = side(tmp_path, "ref", workers=1), side(tmp_path, "cand", workers=0)

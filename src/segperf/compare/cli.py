@@ -150,12 +150,20 @@ def main(argv: list[str] | None = None) -> int:
         if out is not None:
             write_record({"exit_status": INCOMPARABLE, "decision": "cannot compare", "reason": str(reason)}, out)
         return INCOMPARABLE
+    notes = []
     if unknown := unrecorded_workload(ref.runs + cand.runs):
-        record["notes"] = [
+        notes.append(
             f"{len(unknown)} of {len(ref.runs) + len(cand.runs)} runs recorded no workload (no config in "
             f"results.json, as from PerfMonitor in a script: {unknown[0].path}); taken to be the same model"
-        ]
-        for note in record["notes"]:
+        )
+    if shared := {run.path.resolve() for run in ref.runs} & {run.path.resolve() for run in cand.runs}:
+        notes.append(
+            f"{len(shared)} runs are on both sides (e.g. {min(shared)}): their ratio is 1 by construction; "
+            "for a check of the noise, compare two sets of repeats run apart"
+        )
+    if notes:
+        record["notes"] = notes
+        for note in notes:
             print(f"{PROG}: note: {note}", file=sys.stderr)
     print_record(record)
     if out is not None and (path := write_record(record, out)):
