@@ -81,7 +81,7 @@ def test_a_run_that_already_uses_every_loader_option_is_not_told_to_set_workers(
 
 
 def test_sizes_are_suggested_as_numbers_from_the_runs_own():
-    found = verdicts(settings_of("batch_size=6", "val_every_images=500", "val_images=60"))
+    found = verdicts(settings_of("batch_size=6", "val_every_images=100", "val_images=60"))  # of train_images=320
     assert "batch_size=12" in found["compute-bound on the CPU"]["overrides"]
-    assert found["validation overhead"]["overrides"] == ["val_every_images=1000", "val_images=30"]
+    assert found["validation overhead"]["overrides"] == ["val_every_images=200", "val_images=30"]
     assert found["logging overhead"]["overrides"] == ["trainer.log_every_n_steps=10"]
