@@ -113,6 +113,12 @@ def test_an_option_that_sets_another_axis_key_replaces_the_configurations_own_se
         "workers=auto",
     )
     assert space.with_setting(best, by_name["workers"], ()) == ("compile=on", "threads=all")
+    by_key = ("compile=on", "num_threads=1", "workers=off")  # num_threads=1 on the command line would win
+    assert space.with_setting(by_key, by_name["workers"], ("workers=auto", "threads=half")) == (
+        "compile=on",
+        "threads=half",
+        "workers=auto",
+    )
 
 
 @pytest.mark.slow  # composes every case (~2 s); `make test` (CI) runs it

@@ -239,8 +239,13 @@ def setting(config: Config, axis: Axis) -> Config:
 
 def with_setting(config: Config, axis: Axis, new: Config) -> Config:
     """`config` with its own setting of `axis` replaced by `new` (empty: the base's); `new` may set
-    another axis' key too (share_cores' workers with threads), which then replaces config's."""
-    return config_of(without_keys(config, (*axis.keys, *(override_key(o) for o in new))) + list(new))
+    another axis too (share_cores' workers with threads), which then replaces config's setting of
+    that axis, by its group or by its key (`threads=half` replaces `num_threads=1`)."""
+    replaced = [*axis.keys]
+    for override in new:
+        key = override_key(override)
+        replaced += [key, *(axis_table.BY_GROUP[key].keys if key in axis_table.BY_GROUP else ())]
+    return config_of(without_keys(config, replaced) + list(new))
 
 
 def merge(base: Config, overrides: Config) -> Config:
