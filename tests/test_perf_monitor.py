@@ -96,6 +96,9 @@ def test_a_users_trainer_gets_results_and_the_summary(dict_run, capsys):
     text = (folder / "summary.txt").read_text()
     for heading in ("Per-phase statistics", "Jitter", "Throughput", "Verdict", "Train samples/s"):
         assert heading in text
+    # how busy the machine was, as segperf's own runs record it (the report flags a busy run)
+    assert results["machine_load"]["others_cores"] is not None and results["machine_load"]["window_s"] > 0
+    assert "Load      1-min load" in text and "other processes" in text
 
 
 def test_the_summary_is_printed_at_the_end_of_fit(tmp_path, capsys):

@@ -47,6 +47,9 @@ def test_tree_cpu_includes_child_processes():
     )
     assert idle < 50
     assert sampled_s > 0.8 * child_cpu_s  # all of the children's CPU shows up, less the last tick before each exits
+    # ... as the workers' share (the descendants'), which was nothing before they started
+    assert busy.workers_cpu_mean_percent / 100 * (t1 - t0) > 0.8 * child_cpu_s
+    assert sampler.window((0, t0)).workers_cpu_mean_percent < 5
     if child_cpu_s / (t1 - t0) > 1.5:  # the 2 cores were ours (other jobs on this machine can take one)
         assert busy.cpu_mean_percent > 120
     assert sampler.notes == []
@@ -218,3 +221,14 @@ def test_formats():
     assert format_mib(1896 * MIB) == "1,896 MiB" and format_mib(None) == "n/a"
     assert format_usage(6070 * MIB, 6144 * MIB) == "6,070 / 6,144 MiB (99%)"
     assert format_usage(6070 * MIB, None) == "6,070 MiB" and format_usage(None, 6144 * MIB) == "n/a"  # total unknown
+
+
+def test_the_summary_shows_the_workers_cpu_while_training_only_when_they_worked():
+    from segperf.perf.summary import format_run_summary
+
+    machine = {"cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_threads": 2, "cpu_available": 2, "ram_mib": 1, "gpus": []}
+    busy = format_run_summary({"machine": machine, "resources": {"workers_cpu_training_percent": 94.0}})
+    assert "Workers CPU (training)  94% of 200% (0.9 of 2 cores busy)" in busy
+    for idle in (0.2, None):
+        summary = format_run_summary({"machine": machine, "resources": {"workers_cpu_training_percent": idle}})
+        assert "Workers CPU" not in summary

@@ -178,3 +178,54 @@ def test_validating_less_often_is_advised_only_to_a_run_that_validates_before_it
     assert "val_images=128" in once["overrides"] and not any("val_every_images" in o for o in once["overrides"])
     often = verdict(phases, **on_cpu, settings={**sizes, "val_every_images": 256})
     assert "val_every_images=512" in often["overrides"] and "val_images=128" in often["overrides"]
+
+
+# a CPU run whose step is most of the loop, as the outside model with 2 PIL workers measured
+CONTENDED_PHASES = make_phases(**BASE, data_wait=2.0, train_step=90.0, logging=1.0)
+
+
+def cpu_cores(workers_cores: float, torch_threads: int = 2, cores: int = 2) -> dict:
+    return {"cores": cores, "torch_threads": torch_threads, "workers_cores": workers_cores}
+
+
+def test_busy_workers_beside_all_of_torchs_threads_on_a_cpu_are_cpu_contended_with_fewer_threads_to_try():
+    v = verdict(CONTENDED_PHASES, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu", cores=cpu_cores(0.94))
+    assert v["kind"] == "cpu-contended"
+    assert "0.94 cores" in v["text"] and "2 threads on 2 cores" in v["text"]
+    assert v["overrides"] == ["num_threads=1"]
+    # a user's own script gets it in torch's own call
+    mine = verdict(
+        CONTENDED_PHASES,
+        starved_fraction=0.0,
+        gpu_util_mean=None,
+        device_type="cpu",
+        advice="dataloader",
+        settings={"dataloader": {"num_workers": 2}, "trainer": {}, "hints": {"workers": 2}},
+        cores=cpu_cores(0.94),
+    )
+    assert mine["kind"] == "cpu-contended" and mine["overrides"] == ["torch.set_num_threads(1)"]
+    # 8 cores, workers using 3.4 of them beside 8 threads: 5 threads leave them theirs
+    wide = verdict(
+        CONTENDED_PHASES,
+        starved_fraction=0.0,
+        gpu_util_mean=None,
+        device_type="cpu",
+        cores=cpu_cores(3.4, torch_threads=8, cores=8),
+    )
+    assert wide["overrides"] == ["num_threads=5"]
+
+
+def test_light_workers_or_threads_that_leave_them_room_are_not_contended():
+    for cores in (cpu_cores(0.29), cpu_cores(1.2, torch_threads=1), cpu_cores(1.5, torch_threads=2, cores=4), None):
+        v = verdict(CONTENDED_PHASES, starved_fraction=0.0, gpu_util_mean=None, device_type="cpu", cores=cores)
+        assert v["kind"] == "compute-bound" and "num_threads" not in v["text"], cores
+    # on a GPU the step does not run on the cores the workers use
+    gpu = verdict(CONTENDED_PHASES, starved_fraction=0.0, gpu_util_mean=0.9, device_type="cuda", cores=cpu_cores(0.94))
+    assert gpu["kind"] == "compute-bound" and "num_threads" not in gpu["text"]
+
+
+def test_contention_beside_another_bottleneck_is_added_as_a_note():
+    phases = make_phases(**BASE, data_wait=40.0, train_step=60.0)
+    v = verdict(phases, starved_fraction=None, gpu_util_mean=None, device_type="cpu", cores=cpu_cores(1.1))
+    assert v["kind"] == "data-bound"
+    assert "Also: the DataLoader workers kept 1.10 cores busy" in v["text"] and v["overrides"][-1] == "num_threads=1"

@@ -40,6 +40,7 @@ from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.resource_monitor import ResourceMonitor
 from segperf.perf.jitter import jitter_summary, log_histograms
 from segperf.perf.machine import machine_info
+from segperf.perf.machine_load import load_at_end, load_at_start
 from segperf.perf.phases import (
     STEP_ACTION,
     account_phases,
@@ -105,12 +106,16 @@ class PerfMonitor(L.Callback):
         self.trainer: L.Trainer | None = None
         self.loader: dict[str, Any] = {}
         self.hooks_s = 0.0  # wall time inside PerfMonitor's own hooks (its parts' included)
+        # how busy the machine was around the run (results.json's machine_load), for a run whose
+        # record nothing else keeps (a user's script); segperf's own record measures its whole run
+        self._load_start: tuple[dict[str, Any], Any] | None = None
 
     # -- the run around the Trainer -------------------------------------------------------------
     def begin(self) -> None:
         """The run starts: at the first `span` or at `setup`, whichever comes first."""
         if self.run_start is None:
             self.run_start = time.perf_counter()
+            self._load_start = load_at_start()
             if self.resources is not None:
                 self.resources.start()
 
@@ -166,6 +171,8 @@ class PerfMonitor(L.Callback):
         run = (self.run_start or end, end)
         clock, trainer = self.clock, self.trainer
         results.setdefault("notices", [])
+        if "machine_load" not in results and self._load_start is not None:
+            results["machine_load"] = load_at_end(*self._load_start)
         results["machine"] = machine_info()  # always: the report refuses to mix machines silently
         if trainer is not None:
             results.setdefault("device", str(trainer.strategy.root_device))
@@ -274,7 +281,20 @@ class PerfMonitor(L.Callback):
             device_type=device.type,
             settings=results.get("config") if segperf_run else self.loader,
             advice="segperf" if segperf_run else "dataloader",
+            cores=self._cores(results),
         )
+
+    def _cores(self, results: dict[str, Any]) -> dict[str, Any] | None:
+        """The verdict's `cores`: what this run may use, torch's threads, and the cores its
+        DataLoader workers kept busy while it trained (None without workers or that sample)."""
+        workers = results["resources"].get("workers_cpu_training_percent")
+        if not (self.loader.get("dataloader") or {}).get("num_workers") or workers is None:
+            return None
+        return {
+            "cores": self.loader["hints"]["workers"],
+            "torch_threads": results.get("torch_threads"),
+            "workers_cores": workers / 100.0,
+        }
 
     def _log(self, trainer, results: dict[str, Any], batches: dict[str, list[float]]) -> None:
         """Scalars through the trainer's own loggers (any kind); TensorBoard also gets the resource

@@ -19,6 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from segperf.perf.device_memory import torch_memory
 from segperf.perf.phases import Interval
 from segperf.perf.sampler import ResourceSampler, sampled_gpu
+from segperf.perf.verdict import STEADY_PHASES
 
 # what each phase row of results.json holds from the resource samples taken during it
 PHASE_RESOURCES = ("cpu_mean_percent", "rss_peak_bytes", "gpu_util_mean_percent", "gpu_mem_peak_bytes")
@@ -55,6 +56,9 @@ class ResourceMonitor(L.Callback):
             stats = sampler.window(*windows.get(phase, []))
             row.update({key: getattr(stats, key) for key in PHASE_RESOURCES})
         overall = sampler.overall()
+        # what the DataLoader workers used while training ran (warm-up and validation left out):
+        # the cores they take from torch's threads on a CPU (the verdict's cpu-contended)
+        training = sampler.window(*(span for phase in STEADY_PHASES for span in windows.get(phase, [])))
         results["resources"] = {
             "interval_s": sampler.interval_s,
             "samples": overall.samples,
@@ -65,6 +69,8 @@ class ResourceMonitor(L.Callback):
             "gpu_util_p90": overall.gpu_util_p90,
             "gpu_util_max": overall.gpu_util_max,
             "gpu_mem_peak_bytes": overall.gpu_mem_peak_bytes,
+            "workers_cpu_mean_percent": overall.workers_cpu_mean_percent,
+            "workers_cpu_training_percent": None if training.nearest else training.workers_cpu_mean_percent,
             **torch_memory(device),
             "sampler_overhead_fraction": sampler.overhead_fraction(),
             "notes": list(sampler.notes),

@@ -77,6 +77,7 @@ class ProcessTree:
     def __init__(self, refresh_s: float = 0.5, root: int | None = None) -> None:
         self.refresh_s, self.root = refresh_s, root if root is not None else os.getpid()
         self._procs: dict[int, _Proc] = {}
+        self.children_cpu_s = 0.0
         self._refresh(first=True)
 
     def _refresh(self, first: bool = False) -> None:
@@ -96,17 +97,21 @@ class ProcessTree:
         self._next_refresh = time.perf_counter() + self.refresh_s
 
     def read(self) -> tuple[float, int]:
-        """(user+system CPU seconds the tree used since the previous read, its summed RSS bytes now)."""
+        """(user+system CPU seconds the tree used since the previous read, its summed RSS bytes now);
+        `children_cpu_s` holds the descendants' part of those seconds."""
         if time.perf_counter() >= self._next_refresh:
             self._refresh()
-        cpu_s, rss = 0.0, 0
+        cpu_s, rss, own_s = 0.0, 0, 0.0
         for pid, proc in list(self._procs.items()):
             try:
                 now, rss_p = proc.read()
             except _PROC_GONE:
                 self._procs.pop(pid).close()
                 continue
+            if pid == self.root:
+                own_s = now - proc.cpu
             cpu_s, proc.cpu, rss = cpu_s + now - proc.cpu, now, rss + rss_p
+        self.children_cpu_s = cpu_s - own_s  # the descendants' part (DataLoader workers): see `read`
         return cpu_s, rss
 
     def close(self) -> None:

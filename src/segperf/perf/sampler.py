@@ -31,6 +31,8 @@ class ResourceSample:
     rss_bytes: int | None  # process tree sum; pages shared by forked workers count in each, so it over-states
     gpu_util_percent: float | None  # NVML; latest known value (see NvmlGpu.read_util)
     gpu_mem_bytes: int | None  # NVML used memory of the whole device, incl. other processes
+    # the descendants' share of cpu_percent (DataLoader workers); 100 = one core busy
+    workers_cpu_percent: float | None = None
 
 
 @dataclass
@@ -43,6 +45,7 @@ class WindowStats:
     gpu_util_p90: float | None = None
     gpu_util_max: float | None = None
     gpu_mem_peak_bytes: int | None = None
+    workers_cpu_mean_percent: float | None = None
     nearest: bool = False  # window held no sample; stats come from the one sample nearest to it
 
 
@@ -120,9 +123,9 @@ class ResourceSampler:
     def sample_once(self) -> ResourceSample:
         """Take one sample now (the thread calls this; tests may call it directly)."""
         t = time.perf_counter()
-        cpu = rss = mem = None
+        cpu = rss = mem = workers = None
         if self._tree_ok:
-            cpu, rss = self._guard("tree", lambda: self._read_tree(t)) or (None, None)
+            cpu, rss, workers = self._guard("tree", lambda: self._read_tree(t)) or (None, None, None)
         if self.gpu is not None:
             if self._util_ok and self.gpu.mode != "off":
                 new = self._guard("util", self.gpu.read_util)
@@ -132,14 +135,16 @@ class ResourceSampler:
                     self._util = None
             if self._mem_ok and self.gpu.mem_ok:
                 mem = self._guard("mem", self.gpu.read_mem)
-        sample = ResourceSample(t, cpu, rss, self._util, mem)
+        sample = ResourceSample(t, cpu, rss, self._util, mem, workers)
         self.samples.append(sample)
         return sample
 
-    def _read_tree(self, t: float) -> tuple[float | None, int]:
+    def _read_tree(self, t: float) -> tuple[float | None, int, float | None]:
         cpu_s, rss = self._tree.read()
         dt, self._last_t = t - self._last_t, t
-        return (100.0 * cpu_s / dt if dt > 0 else None), rss
+        if dt <= 0:
+            return None, rss, None
+        return 100.0 * cpu_s / dt, rss, 100.0 * self._tree.children_cpu_s / dt
 
     def window(self, *spans: tuple[float, float]) -> WindowStats:
         """Stats of the samples taken in the spans [t0, t1] (perf_counter seconds; a phase's calls). A sample's CPU%
@@ -178,6 +183,8 @@ def _stats(samples: list[ResourceSample]) -> WindowStats:
     util = sorted(s.gpu_util_percent for s in samples if s.gpu_util_percent is not None)
     mem = [s.gpu_mem_bytes for s in samples if s.gpu_mem_bytes is not None]
     stats = WindowStats(len(samples), sum(cpu) / len(cpu) if cpu else None, max(rss, default=None))
+    workers = [s.workers_cpu_percent for s in samples if s.workers_cpu_percent is not None]
+    stats.workers_cpu_mean_percent = sum(workers) / len(workers) if workers else None
     if util:
         stats.gpu_util_mean_percent = sum(util) / len(util)
         stats.gpu_util_p50, stats.gpu_util_p90 = (float(x) for x in np.percentile(util, [50, 90]))

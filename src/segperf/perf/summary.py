@@ -65,6 +65,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
         _kv("Wall clock time", _num((results.get("accounted") or {}).get("run_wall_s"), ",.1f", " s")),
         _kv("Samples", f"{res.get('samples', 0):,} @ {res.get('interval_s', 0) * 1000:.0f} ms"),
         _kv("Mean CPU util", format_percent_of_cores(res.get("cpu_mean_percent"), cores)),
+        *_workers_rows(res, cores),
         _kv("Peak RSS usage", format_usage(res.get("rss_peak_bytes"), _scale(machine.get("ram_mib"), 2**20))),
         _kv("Peak GPU memory", _gpu_memory(res.get("gpu_mem_peak_bytes"), machine)),
         _kv("GPU util. p50/p90/max", gpu_util),
@@ -348,3 +349,11 @@ def _cost_note(cost: dict | None) -> list[str]:
         f"Measuring took {cost['fraction']:.2%} of a core over the run (its hooks {cost['hooks_s']:.3f} s, "
         f"the profiler tap {cost['tap_s']:.3f} s, the sampler {cost['sampler_cpu_s']:.3f} s)."
     ]
+
+
+def _workers_rows(resources: dict[str, Any], cores: int) -> list[str]:
+    """The DataLoader workers' part of the CPU while training ran, where they were sampled."""
+    workers = resources.get("workers_cpu_training_percent")
+    if workers is None or workers < 1.0:  # no workers, or idle ones: nothing to tell
+        return []
+    return [_kv("Workers CPU (training)", format_percent_of_cores(workers, cores))]

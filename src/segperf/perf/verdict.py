@@ -39,6 +39,12 @@ THRESHOLDS: dict[str, float] = {
     # optimizer-step share of train_step (its split) above which a compute-bound verdict names the
     # optimizer: a step whose update costs a third of it has more to gain there than in the model.
     "optimizer_fraction": 0.3,
+    # cores the DataLoader workers kept busy while a CPU run trained, at or above which they count
+    # as taking cores from torch's threads (cpu-contended) when threads + workers exceed the
+    # cores. Measured on 2 cores (docs/BENCHMARKS.md): a PIL loader's 2 workers used 0.94 cores
+    # and one torch thread fewer ran 1.39x faster; the U-Net's used 0.29 and the MNIST CNN's 0.05,
+    # where one thread fewer ran 0.67-0.69x as fast.
+    "contended_workers_cores": 0.5,
 }
 
 STEADY_PHASES = ("data_wait", "batch_to_device", "train_step", "logging", "framework")
@@ -87,6 +93,7 @@ def verdict(
     device_type: str,
     settings: dict[str, Any] | None = None,
     advice: str = "segperf",
+    cores: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`{"kind", "text", "overrides"}`: the run's dominant bottleneck with evidence and next steps.
 
@@ -104,6 +111,10 @@ def verdict(
     `advice` names the knobs the suggestions are given in (ADVICE: "segperf" overrides, or
     "dataloader" for a workload segperf did not configure, whose `settings` then hold
     `dataloader`, `trainer` and `hints`).
+    `cores` ({"cores", "torch_threads", "workers_cores"}: the cores the run may use, torch's
+    intra-op threads, the cores its DataLoader workers kept busy while it trained) lets a CPU
+    run be judged "cpu-contended" (see `contention`): a compute-bound step that shared its cores
+    with busy workers; for any other kind the contention is added as a note.
     """
     t = THRESHOLDS
     levers, overhead_advice = ADVICE[advice]
@@ -183,7 +194,39 @@ def verdict(
             overrides = untried(levers["compute-gpu"], settings)
             text = f"compute-bound on the {device}: {in_step}"
         text += _try(overrides, "the faster settings segperf has are on already")
+    contended = contention(cores, advice) if not on_gpu else None
+    if contended is not None:
+        note, override = contended
+        if kind == "compute-bound":  # the step was slow because it shared its cores
+            kind, text, overrides = "cpu-contended", f"cpu-contended: {note}; try {override}.", [override]
+        else:
+            text, overrides = f"{text} Also: {note}; try {override}.", [*overrides, override]
     return {"kind": kind, "text": text, "overrides": overrides}
+
+
+def contention(cores: dict[str, Any] | None, advice: str = "segperf") -> tuple[str, str] | None:
+    """(what happened, the override to try) when a CPU run's DataLoader workers kept at least
+    THRESHOLDS["contended_workers_cores"] cores busy while it trained and they and torch's threads
+    wanted more cores than the run has, so the step computed on fewer cores than it had threads
+    (PyTorch gives each worker one thread for this reason; the main process keeps all of its
+    own). The suggestion leaves the workers their cores: torch threads = the cores less the
+    workers' share, rounded, at least 1. None when not, or when that is no fewer threads."""
+    if not cores:
+        return None
+    total, threads, workers = cores.get("cores"), cores.get("torch_threads"), cores.get("workers_cores")
+    if not total or not threads or workers is None or workers < THRESHOLDS["contended_workers_cores"]:
+        return None
+    if threads + workers <= total:
+        return None
+    fewer = max(1, int(total - workers + 0.5))
+    if fewer >= threads:
+        return None
+    note = (
+        f"the DataLoader workers kept {workers:.2f} cores busy while it trained, beside torch's {threads} "
+        f"threads on {total} cores, so the step computed on fewer cores than it has threads"
+    )
+    override = f"num_threads={fewer}" if advice == "segperf" else f"torch.set_num_threads({fewer})"
+    return note, override
 
 
 def _split_note(phases: dict[str, dict]) -> str:
