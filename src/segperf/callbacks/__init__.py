@@ -5,7 +5,8 @@ jitter, the train_step split, the sample rate; phase_clock, with the profiler ta
 profiler_tap), `ResourceMonitor` (CPU, RSS, GPU; resource_monitor) and `MfuMonitor` (FLOPs per
 sample and MFU; mfu_monitor). On request: `OperatorProfile` (profile=ops; ops_profile) and
 `HardwareCounters` (profile=counters; hardware_counters). A run's safety: `InterruptCheckpoint`
-(interrupt_checkpoint) and `TerminateOutsideTraining` (terminate_outside_training). The tuner
+(interrupt_checkpoint) and `TerminateOutsideTraining` (terminate_outside_training). On a CPU,
+`ShareCores` (share_cores) leaves busy DataLoader workers their cores. The tuner
 adds two to its probes: `ScreenOut` (screen_out) and `HardTimeLimit` (hard_time_limit). The
 measurement maths they call has no Lightning in it and lives in segperf.perf.
 """
@@ -17,6 +18,7 @@ from segperf.callbacks.ops_profile import OperatorProfile
 from segperf.callbacks.perf_monitor import PerfMonitor
 from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.resource_monitor import ResourceMonitor
+from segperf.callbacks.share_cores import ShareCores
 from segperf.callbacks.terminate_outside_training import Terminated, TerminateOutsideTraining
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "PerfMonitor",
     "PhaseClock",
     "ResourceMonitor",
+    "ShareCores",
     "TerminateOutsideTraining",
     "Terminated",
 ]

@@ -129,6 +129,10 @@ class PerfMonitor(L.Callback):
         finally:
             self.spans[phase].append((start, time.perf_counter()))
 
+    def extend_warmup(self, steps: int) -> None:
+        """`steps` more warm-up steps before throughput is timed (segperf.callbacks.share_cores)."""
+        self.clock.extend_warmup(steps)
+
     # -- Lightning's hooks ----------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
         self.clock.marks.setdefault("fit_called", time.perf_counter())  # before the sampler thread starts
@@ -292,7 +296,7 @@ class PerfMonitor(L.Callback):
             return None
         return {
             "cores": self.loader["hints"]["workers"],
-            "torch_threads": results.get("torch_threads"),
+            "torch_threads": torch.get_num_threads(),  # as the run ended (ShareCores may have changed them)
             "workers_cores": workers / 100.0,
         }
 
@@ -355,6 +359,22 @@ for _name in FORWARDED_HOOKS:
     setattr(PerfMonitor, _name, _forward(_name))
 
 
+def train_loader(trainer) -> DataLoader | None:
+    """The trainer's training DataLoader: the first of several, and the one inside a wrapper that
+    keeps it as `.loader` (segperf's resumable loader); None when there is none."""
+    loader = trainer.train_dataloader
+    for _ in range(8):  # wrappers in wrappers, not a cycle
+        if isinstance(loader, DataLoader):
+            return loader
+        if isinstance(loader, (list, tuple, dict)) and loader:  # several loaders: the first one's settings
+            loader = next(iter(loader.values())) if isinstance(loader, dict) else loader[0]
+        elif hasattr(loader, "loader"):
+            loader = loader.loader
+        else:
+            return None
+    return None
+
+
 def loader_settings(trainer) -> dict[str, Any]:
     """The knobs a workload segperf did not configure has, as the verdict reads them: its training
     DataLoader's and its Trainer's settings, and this machine's usable cores as the workers hint."""
@@ -363,10 +383,8 @@ def loader_settings(trainer) -> dict[str, Any]:
         "trainer": {"precision": str(trainer.precision), "log_every_n_steps": trainer.log_every_n_steps},
         "hints": {"workers": max(1, cores)},
     }
-    loader = trainer.train_dataloader
-    while isinstance(loader, (list, tuple, dict)) and loader:  # several loaders: the first one's settings
-        loader = next(iter(loader.values())) if isinstance(loader, dict) else loader[0]
-    if isinstance(loader, DataLoader):
+    loader = train_loader(trainer)
+    if loader is not None:
         settings["dataloader"] = {
             "num_workers": loader.num_workers,
             "pin_memory": loader.pin_memory,

@@ -56,6 +56,13 @@ class PhaseClock(L.Callback):
         self._events: list[list[Any]] = []  # CUDA: per step, events at start, backward, its end, step end
         self._record_events = False  # CUDA with record_phases: decided once, at on_train_start
 
+    def extend_warmup(self, steps: int) -> None:
+        """`steps` more warm-up steps, asked for before the first step ends (segperf.callbacks.share_cores)."""
+        if self.steps:
+            raise RuntimeError("PhaseClock.extend_warmup: the warm-up is counted from the first step; ask before it")
+        self.warmup_steps += steps
+        self.marks.pop("warmup_end", None)  # warmup_steps=0 marked it at train start
+
     def mark(self, name: str) -> float:
         self.marks[name] = now = time.perf_counter()
         return now

@@ -52,6 +52,13 @@ class ScreenOut(L.Callback):
         self.rate: float | None = None
         self.screened_out = False
 
+    def extend_warmup(self, steps: int) -> None:
+        """`steps` more warm-up steps, asked for before the first step ends (segperf.callbacks.share_cores)."""
+        if self.steps:
+            raise RuntimeError("ScreenOut.extend_warmup: the warm-up is counted from the first step; ask before it")
+        self.warmup_steps += steps
+        self.timed_from = None
+
     def on_train_start(self, trainer, pl_module) -> None:
         if self.warmup_steps == 0:
             self.timed_from = time.perf_counter()

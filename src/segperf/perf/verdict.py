@@ -214,12 +214,8 @@ def contention(cores: dict[str, Any] | None, advice: str = "segperf") -> tuple[s
     if not cores:
         return None
     total, threads, workers = cores.get("cores"), cores.get("torch_threads"), cores.get("workers_cores")
-    if not total or not threads or workers is None or workers < THRESHOLDS["contended_workers_cores"]:
-        return None
-    if threads + workers <= total:
-        return None
-    fewer = max(1, int(total - workers + 0.5))
-    if fewer >= threads:
+    fewer = threads_beside_workers(total, threads, workers)
+    if fewer is None:
         return None
     note = (
         f"the DataLoader workers kept {workers:.2f} cores busy while it trained, beside torch's {threads} "
@@ -251,3 +247,16 @@ def _try(overrides: list[str], otherwise: str, *, why: str = "", lead: str = "; 
     if overrides:
         return f"{lead}try {', '.join(overrides)}{why}."
     return f"; {otherwise}." if otherwise else "."
+
+
+def threads_beside_workers(cores: int | None, threads: int | None, workers_cores: float | None) -> int | None:
+    """The torch threads that leave busy DataLoader workers their cores: the cores less the
+    workers' share, rounded, at least 1; None when the workers kept fewer than
+    THRESHOLDS["contended_workers_cores"] busy, when they and the threads fit in the cores, or
+    when that is no fewer threads than `threads`."""
+    if not cores or not threads or workers_cores is None or workers_cores < THRESHOLDS["contended_workers_cores"]:
+        return None
+    if threads + workers_cores <= cores:
+        return None
+    fewer = max(1, int(cores - workers_cores + 0.5))
+    return fewer if fewer < threads else None
