@@ -113,15 +113,16 @@ def test_a_probe_is_the_configuration_at_the_probe_size_with_the_time_limit_last
         "~callbacks.last_checkpoint",
         "batch_size=2",
         "workers=auto",
-        "train_images=20",  # (2 warm-up + 8 measured steps) x the configuration's batch size
+        # (2 warm-up + 3 ShareCores may add to them + 8 measured steps) x the configuration's batch size
+        "train_images=26",
         "val_images=4",
-        "val_every_images=20",
+        "val_every_images=26",
         "trainer.max_time='00:00:01:15'",
         # stopped inside a step at three times the limit: one step of fp16 emulated took 177 s
         "+callbacks.tune_time_limit={_target_:segperf.callbacks.hard_time_limit.HardTimeLimit,seconds:222.6}",
     ]
     job = compose_tune(*jobs)
-    assert job.train_images == 20 and job.trainer.max_time == "00:00:01:15"
+    assert job.train_images == 26 and job.trainer.max_time == "00:00:01:15"
     assert job.callbacks.tune_time_limit.seconds == pytest.approx(222.6)
     assert "last_checkpoint" not in job.callbacks and job.data.num_workers > 0
     assert "tune_time_limit" not in str(job.hydra.job.override_dirname)  # run folders are named after the candidate

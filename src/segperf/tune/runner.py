@@ -2,8 +2,9 @@
 launcher, and each job's results.json read back as a Probe (segperf.tune.probe).
 
 A configuration (a sorted tuple of override strings, the tune's start included) becomes a job
-by adding the probe's run size after it: `warmup_steps` steps, then `tune.probe.steps` measured
-steps of the configuration's own batch size, one small validation at the end (the run always
+by adding the probe's run size after it: `warmup_steps` steps, the steps ShareCores may add to
+the warm-up (segperf.callbacks.share_cores), then `tune.probe.steps` measured steps of the
+configuration's own batch size, one small validation at the end (the run always
 validates once), no checkpoint. A per-probe time limit becomes `trainer.max_time`: Lightning's
 Timer stops training after the step that passes it and the run ends like a finished one, its
 images/s of the steps it did after warm-up, so the probe is marked cut rather than failed. The
@@ -204,7 +205,10 @@ class LaunchMeasure:
             return merged(self.probe["overrides"], own, self.quality_runs, seed)
         batch = setting(config, "batch_size", self.master.batch_size)
         warmup = setting(config, "warmup_steps", self.master.warmup_steps)
-        images = (warmup + self.probe["steps"]) * batch
+        # on a CPU with workers, ShareCores adds its measuring steps to the warm-up: the probe runs
+        # them too, so that it still times `steps` steps (more where they are not taken)
+        sharing = OmegaConf.select(self.master, "callbacks.share_cores.measure_steps", default=0) or 0
+        images = (warmup + sharing + self.probe["steps"]) * batch
         size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
         limit = []
         if limit_s is not None:
