@@ -106,12 +106,13 @@ def test_workers_that_rest_keep_torchs_threads():
     [
         (ShareCores(num_threads=1), 2, "num_threads=1 was given"),
         (ShareCores(), 0, "no DataLoader workers"),
+        (ShareCores(warmup_steps=1), 2, "the run has 4 steps: too few to measure beyond its warm-up"),
     ],
 )
 def test_given_threads_and_runs_without_workers_are_left_alone_with_the_reason(share, workers, reason):
     torch.set_num_threads(CORES)
     results = fit(share, spin_s=0.0, workers=workers, steps=4)
-    assert results["share_cores"] == {"applied": False, "reason": reason}
+    assert not results["share_cores"]["applied"] and results["share_cores"]["reason"].startswith(reason)
     assert results["train"]["warmup_steps"] == 1 and torch.get_num_threads() == CORES
 
 

@@ -16,7 +16,8 @@ The measuring steps join the warm-up of every callback that times throughput (th
 `extend_warmup` method: PerfMonitor, the tuner's ScreenOut), so images/s is of the steps that ran
 with the threads the run kept. Nothing is changed where the run's threads were given
 (`num_threads`), on an accelerator, with no workers, or with several processes on the node (DDP
-ranks share the cores); `record` says which, and results.json's `share_cores` what it measured.
+ranks share the cores), nor in a run too short to keep timed steps after them; `record` says
+which, and results.json's `share_cores` what it measured.
 
 Why by hand: Lightning and PyTorch set no intra-op thread count from the DataLoader's load.
 """
@@ -79,6 +80,9 @@ class ShareCores(L.Callback):
         loader = train_loader(trainer)
         if loader is None or not loader.num_workers:
             return "no DataLoader workers"
+        steps = trainer.estimated_stepping_batches
+        if steps < self.warmup_steps + 2 * self.measure_steps:  # it would leave too few timed steps
+            return f"the run has {steps} steps: too few to measure beyond its warm-up and still time steps"
         return None
 
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int) -> None:
