@@ -21,7 +21,6 @@ has one, and `span(phase)` times what the recipe does outside the Trainer.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from segperf.callbacks.batch_size import BatchSizeFn
 from segperf.callbacks.mfu_monitor import MfuMonitor
 from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.resource_monitor import ResourceMonitor
+from segperf.config import available_cores
 from segperf.perf.jitter import jitter_summary, log_histograms
 from segperf.perf.machine import machine_info
 from segperf.perf.machine_load import load_at_end, load_at_start
@@ -378,7 +378,7 @@ def train_loader(trainer) -> DataLoader | None:
 def loader_settings(trainer) -> dict[str, Any]:
     """The knobs a workload segperf did not configure has, as the verdict reads them: its training
     DataLoader's and its Trainer's settings, and this machine's usable cores as the workers hint."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = available_cores()
     settings: dict[str, Any] = {
         "trainer": {"precision": str(trainer.precision), "log_every_n_steps": trainer.log_every_n_steps},
         "hints": {"workers": max(1, cores)},

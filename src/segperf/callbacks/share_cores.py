@@ -24,7 +24,6 @@ Why by hand: Lightning and PyTorch set no intra-op thread count from the DataLoa
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -32,6 +31,7 @@ import lightning as L
 import torch
 
 from segperf.callbacks.perf_monitor import train_loader
+from segperf.config import available_cores
 from segperf.perf.proctree import ProcessTree
 from segperf.perf.verdict import threads_beside_workers
 
@@ -102,7 +102,7 @@ class ShareCores(L.Callback):
         workers = self._tree.children_cpu_s / seconds if seconds > 0 else None
         self._tree.close()
         self._tree, self.active = None, False
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = available_cores()
         threads = torch.get_num_threads()
         fewer = threads_beside_workers(cores, threads, workers)
         self.section = {
