@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from segperf.config import plain_config
+from segperf.training.callback_dispatch import skip_empty_batch_hooks
 
 
 def runs_on_cpu(accelerator: str) -> bool:
@@ -51,7 +52,8 @@ def precision_notice(precision: str, accelerator: str, flags: set[str] | None = 
 
 
 def build_trainer(trainer_cfg: Any, *, plugins: list | None = None, **objects: Any) -> L.Trainer:
-    """`instantiate(cfg.trainer)` with the run's objects (callbacks, logger, profiler, plugins).
+    """`instantiate(cfg.trainer)` with the run's objects (callbacks, logger, profiler, plugins),
+    whose callbacks then get only the per-batch hooks they act in (segperf.training.callback_dispatch).
 
     One adjustment: Lightning swaps 16-mixed for bf16-mixed on a CPU, but torch does run fp16
     autocast there, so honour what was asked with the plugin Lightning would use on a GPU (a CPU
@@ -61,4 +63,6 @@ def build_trainer(trainer_cfg: Any, *, plugins: list | None = None, **objects: A
     if options["precision"] == "16-mixed" and runs_on_cpu(options["accelerator"]):
         plugins.append(MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu")))
         del options["precision"]
-    return instantiate(options, plugins=plugins, **objects)
+    trainer = instantiate(options, plugins=plugins, **objects)
+    skip_empty_batch_hooks(trainer.callbacks)  # Lightning's own (checkpoint, progress bar) included
+    return trainer
