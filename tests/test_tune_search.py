@@ -765,3 +765,14 @@ def test_a_configuration_whose_runs_keep_failing_is_not_retried_until_the_budget
     assert result.failures == {"RuntimeError: the compiler failed": len(failed_all)}
     assert result.runs == len(workload.measured)
     assert "workers=auto" in result.best  # the rest of the tune is unharmed
+
+
+def test_a_preset_screened_out_in_the_final_side_by_side_is_not_topped_up_until_the_budget_is_gone():
+    # +opt=all's compile=on runs at a fifth of the speed: every probe of it falls under the screening
+    # floor, so it never gets the full runs the final side by side tops up to
+    workload = Workload({"workers=auto": 1.5, "compile=on": 0.2})
+    result = tune(workload, budget_s=3600.0)
+    slow = [c for kind, c, _ in workload.measured if kind == "speed" and "compile=on" in c]
+    assert 1 <= len(slow) <= FINAL_GIVE_UP_FAILURES + 2  # its preset rounds, then at most the give-up's
+    assert result.elapsed_s < 0.5 * 3600.0 and not result.stopped_by_budget
+    assert "workers=auto" in result.best

@@ -80,7 +80,8 @@ KEPT, SLOWER, SAME = "kept", "rejected: slower", "not distinguishable"
 # the probes before it may overrun their estimates; a 10-minute tune once left 30 s of the 36 needed)
 QUALITY_MARGIN = 1.5
 NOT_APPLIED, FAILED, SKIPPED, WORSE = "not applied", "failed", "skipped: budget", "rejected: quality"
-# the final stage stops topping up a configuration whose runs have failed this often (any stage)
+# the final stage stops topping up a configuration with this many probes that gave no full run's
+# images/s (failed, screened out or cut; any stage)
 FINAL_GIVE_UP_FAILURES = 2
 # A short learning run's quality moves with the seed alone: size=quick over three seeds ends at Dice
 # 0.982-0.989 (docs/BENCHMARKS.md, "Quality"), and size=demo at 64x96 (the guard's run) spreads by
@@ -469,8 +470,9 @@ class Tuner:
 
     def _final_plan(self, best: Config) -> list[Config]:
         """One interleaved round of the final stage's runs that have fewer than `min_runs` usable
-        probes; not of one that has failed FINAL_GIVE_UP_FAILURES times: a run that fails again and
-        again would take every retry, and the budget, with it."""
+        probes; not of one that has FINAL_GIVE_UP_FAILURES probes without a full run's images/s
+        (failed, screened out as far slower than the tuned one, or cut at the time limit): a run
+        that fails or is screened out again and again would take every top-up, and the budget, with it."""
         unique: list[Config] = []
         for config in [self.start, *self.presets.values(), best]:
             if not any(self.ledger.same(config, other) for other in unique):
@@ -479,7 +481,7 @@ class Tuner:
             c
             for c in unique
             if len(_usable(probes := self.ledger.known(SPEED, c))) < self.min_runs
-            and sum(p.failed is not None for p in probes) < FINAL_GIVE_UP_FAILURES
+            and len(probes) - len(_usable(probes)) < FINAL_GIVE_UP_FAILURES
         ]
 
     # -- one comparison ---------------------------------------------------------------------
