@@ -34,7 +34,7 @@ class PhaseTap(Profiler):
         self._open: dict[str, float] = {}
         self._is_phase: dict[str, bool] = {}  # action -> phase_of_action is not None, looked up once
         self.own_s = 0.0  # the tap's own bookkeeping, not the inner profiler's: what measuring costs
-        self._actions: dict[str, _Timed | _Passed | nullcontext] = {}
+        self._actions: dict[str, _Action | nullcontext] = {}
 
     @classmethod
     def install(cls, trainer) -> PhaseTap:
@@ -46,7 +46,7 @@ class PhaseTap(Profiler):
         if trainer.profiler is self:
             trainer.profiler = self.inner
 
-    def profile(self, action_name: str) -> _Timed | _Passed | nullcontext:
+    def profile(self, action_name: str) -> _Action | nullcontext:
         """`with trainer.profiler.profile(name)`, which Lightning's loops open ~60 times a step (every
         callback's every hook), for ~3 actions segperf times: a plain context manager, made once per
         action, in place of the base Profiler's generator-based one. An action no phase reads goes
@@ -57,12 +57,12 @@ class PhaseTap(Profiler):
             action = self._actions[action_name] = self._action(action_name)
         return action
 
-    def _action(self, action_name: str) -> _Timed | _Passed | nullcontext:
+    def _action(self, action_name: str) -> _Action | nullcontext:
         if self._timed(action_name):
-            return _Timed(self, action_name)
+            return _Action(self, action_name)
         if type(self.inner) is PassThroughProfiler:
             return _UNPROFILED
-        return _Passed(self.inner, action_name)
+        return _Action(self.inner, action_name)
 
     def _timed(self, action_name: str) -> bool:
         timed = self._is_phase.get(action_name)
@@ -104,37 +104,22 @@ class PhaseTap(Profiler):
         pass
 
 
-class _Timed:
-    """The context manager of one action a phase reads: starts and stops it on the tap. It holds no
-    state of its own, so one per action name serves nested and repeated uses alike."""
+class _Action:
+    """The context manager of one profiled action: starts and stops it on `target`, the tap for an
+    action a phase reads, the user's profiler for one no phase reads. It holds no state of its own,
+    so one per action name serves nested and repeated uses alike."""
 
-    __slots__ = ("tap", "name")
+    __slots__ = ("target", "name")
 
-    def __init__(self, tap: PhaseTap, name: str) -> None:
-        self.tap, self.name = tap, name
+    def __init__(self, target: Profiler, name: str) -> None:
+        self.target, self.name = target, name
 
     def __enter__(self) -> str:
-        self.tap.start(self.name)
+        self.target.start(self.name)
         return self.name
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.tap.stop(self.name)  # on an exception too, as the base Profiler's `finally` does
-
-
-class _Passed:
-    """An action no phase reads, passed to the user's profiler alone."""
-
-    __slots__ = ("inner", "name")
-
-    def __init__(self, inner: Profiler, name: str) -> None:
-        self.inner, self.name = inner, name
-
-    def __enter__(self) -> str:
-        self.inner.start(self.name)
-        return self.name
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.inner.stop(self.name)
+        self.target.stop(self.name)  # on an exception too, as the base Profiler's `finally` does
 
 
 _UNPROFILED = nullcontext()  # reusable: an action neither segperf nor the user's profiler times

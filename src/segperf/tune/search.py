@@ -477,12 +477,13 @@ class Tuner:
         for config in [self.start, *self.presets.values(), best]:
             if not any(self.ledger.same(config, other) for other in unique):
                 unique.append(config)
-        return [
-            c
-            for c in unique
-            if len(_usable(probes := self.ledger.known(SPEED, c))) < self.min_runs
-            and len(probes) - len(_usable(probes)) < FINAL_GIVE_UP_FAILURES
-        ]
+        plan = []
+        for config in unique:
+            probes = self.ledger.known(SPEED, config)
+            usable = len(_usable(probes))
+            if usable < self.min_runs and len(probes) - usable < FINAL_GIVE_UP_FAILURES:
+                plan.append(config)
+        return plan
 
     # -- one comparison ---------------------------------------------------------------------
     def _compare(
