@@ -182,8 +182,23 @@ def test_keeps_a_real_gain_and_the_speed_up_shows_in_the_final_side_by_side():
     assert [s.verdict for s in steps_of(result, "workers=auto")] == [KEPT]
     tuned = [p.images_per_s for p in result.final["tuned"]]
     start = [p.images_per_s for p in result.final["start"]]
-    assert len(tuned) == len(start) == 2
+    assert len(tuned) == len(start) == 4  # the claim, topped up to max_runs with the budget left
     assert compare_throughput(tuned, start).ratio == pytest.approx(1.5, rel=0.1)
+
+
+def test_the_claim_is_read_from_max_runs_probes_a_side_when_the_search_leaves_budget_and_min_runs_when_not():
+    roomy = tune(Workload({"workers=auto": 1.5}), presets=PRESETS, budget_s=3600.0, min_runs=2, max_runs=5)
+    assert len(roomy.final["tuned"]) == len(roomy.final["start"]) == 5
+    tight = tune(Workload({"workers=auto": 1.5}), budget_s=300.0, quality=True)
+    assert min(len(tight.final["tuned"]), len(tight.final["start"])) >= 2
+    assert tight.elapsed_s <= 300.0 + max(p.wall_s for p in tight.final["tuned"])
+
+
+def test_nothing_is_topped_up_for_the_claim_when_the_start_is_the_answer():
+    workload = Workload({"workers=auto": 0.7, "compile=on": 0.8, "precision=bf16": 0.9, "pin=on": 0.95})
+    result = tune(workload, budget_s=3600.0, max_runs=6)
+    assert result.best == ()
+    assert len(result.final["start"]) == len(result.final["tuned"]) < 6
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -153,7 +153,12 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
         f"{ratio_cell(s.get('ratio'), s.get('low'), s.get('high'))}"
         for i, s in enumerate(kept, start=1)
     ] or ["Nothing was faster beyond noise: the start is the tuned configuration."]
-    lines += ["", "## Final side by side (every probe of each; topped up to min_runs, interleaved)", ""]
+    lines += [
+        "",
+        "## Final side by side (every probe of each; topped up to min_runs, interleaved, and the start and the tuned"
+        " configuration to max_runs with the budget left)",
+        "",
+    ]
     rows = [
         [row["name"], label(row["config"], start), rate_cell((result.get("final") or {})[row["name"]])]
         + [ratio_cell(row["vs_start"], *(row["vs_start_interval"] or [None, None]), row["distinguishable"])]
