@@ -194,6 +194,17 @@ def test_the_claim_is_read_from_max_runs_probes_a_side_when_the_search_leaves_bu
     assert tight.elapsed_s <= 300.0 + max(p.wall_s for p in tight.final["tuned"])
 
 
+def test_a_start_under_half_the_tuned_speed_runs_in_full_in_the_final_side_by_side_the_claim_reads():
+    # tuned 3x the start: under the screening floor (half the tuned speed), every final probe of the
+    # start would be stopped after its first timed steps and the claim read from screened-out probes
+    result = tune(Workload({"workers=auto": 3.0}), presets={})
+    assert "workers=auto" in result.best
+    assert len(result.final["start"]) >= 2 and not any(p.screened for p in result.final["start"])
+    start = [p.images_per_s for p in result.final["start"]]
+    tuned = [p.images_per_s for p in result.final["tuned"]]
+    assert compare_throughput(tuned, start).ratio == pytest.approx(3.0, rel=0.1)
+
+
 def test_nothing_is_topped_up_for_the_claim_when_the_start_is_the_answer():
     workload = Workload({"workers=auto": 0.7, "compile=on": 0.8, "precision=bf16": 0.9, "pin=on": 0.95})
     result = tune(workload, budget_s=3600.0, max_runs=6)
