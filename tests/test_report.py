@@ -269,3 +269,23 @@ def test_the_report_runs_without_torch_or_the_data_model_and_training_code():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_repeats_that_reach_one_verdict_in_other_figures_show_it_once_and_disagreeing_kinds_each(tmp_path):
+    def verdict(kind: str, share: int) -> dict:
+        return {"kind": kind, "text": f"{kind}: {share}% of steady-state time in train_step."}
+
+    jobs = {
+        "0_workers=off,+repeat=0": make_results(2.0, verdict=verdict("compute-bound", 96)),
+        "1_workers=off,+repeat=1": make_results(2.1, verdict=verdict("compute-bound", 97)),
+        "2_workers=off,+repeat=2": make_results(2.0, verdict=verdict("compute-bound", 96)),
+        "3_workers=auto,+repeat=0": make_results(4.0, workers=2, verdict=verdict("data-bound", 40)),
+        "4_workers=auto,+repeat=1": make_results(4.1, workers=2, verdict=verdict("compute-bound", 70)),
+    }
+    report = build_report(load_sweep(write_sweep(tmp_path, jobs)), tmp_path, charts_too=False).read_text()
+    verdicts = [line for line in report.split("## Verdicts", 1)[1].splitlines() if line.startswith("- ")]
+    assert verdicts == [
+        "- **workers=off** (the figures of one of 3 runs): compute-bound: 96% of steady-state time in train_step.",
+        "- **workers=auto** (1 of 2 runs): data-bound: 40% of steady-state time in train_step.",
+        "- **workers=auto** (1 of 2 runs): compute-bound: 70% of steady-state time in train_step.",
+    ]

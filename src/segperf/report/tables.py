@@ -304,14 +304,24 @@ def verdict_texts(config: Configuration) -> Counter:
 
 
 def verdict_section(configs: list[Configuration]) -> list[str]:
-    """Each configuration's verdict text; repeats that disagree are all shown with their counts."""
+    """Each configuration's verdict, one line per verdict kind its runs reached. Repeats that reach
+    the same kind differ only in their figures (96% or 97% in train_step), so the kind is shown once
+    in its most common wording, marked as one run's figures; repeats that disagree on the kind show
+    each kind with its count."""
     lines = ["## Verdicts", ""]
     for c in configs:
         texts = verdict_texts(c)
         if not texts:
             why = "measurement off" if not c.measured else ("no completed run" if not c.ok_runs else "none recorded")
             lines.append(f"- **{c.label}**: no verdict ({why}).")
-        for text, n in texts.items():
-            count = f" ({n} of {len(c.ok_runs)} runs)" if len(texts) > 1 else ""
-            lines.append(f"- **{c.label}**{count}: {text}")
+        by_kind: dict[str, Counter] = {}
+        for r in c.ok_runs:
+            if text := r.get("verdict.text"):
+                by_kind.setdefault(r.get("verdict.kind") or text, Counter())[text] += 1
+        for wordings in by_kind.values():
+            text, runs = wordings.most_common(1)[0][0], wordings.total()
+            notes = [f"{runs} of {len(c.ok_runs)} runs"] if len(by_kind) > 1 else []
+            if len(wordings) > 1:  # the same verdict in other figures
+                notes.append("the figures of one" if notes else f"the figures of one of {runs} runs")
+            lines.append(f"- **{c.label}**" + (f" ({', '.join(notes)})" if notes else "") + f": {text}")
     return [*lines, ""]
