@@ -22,7 +22,7 @@ from segperf.config import CONFIG_DIR
 from segperf.tune import cli
 from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
 from segperf.tune.probe import Probe
-from segperf.tune.report import render
+from segperf.tune.report import final_table, render, tuned_against_presets
 from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
 from segperf.tune.search import QualityCheck, Step, TuneResult
 from tests.conftest import REPO
@@ -725,3 +725,36 @@ def test_the_steps_chart_draws_a_ratio_that_lies_outside_its_interval(tmp_path):
     ]
     written = charts({"result": {"start": [], "steps": steps}}, tmp_path)
     assert written == [tmp_path / "steps.png"] and written[0].stat().st_size > 0
+
+
+def test_the_final_side_by_side_reads_full_runs_so_a_screened_preset_leaves_the_claim_decided():
+    # an outside model's tune: +opt=all's two probes screened out (a cold compile's 5.9 images/s,
+    # then 138), pooled with the rest they made 205 against 414 four runs a side "~2.04x [0.77-5.40]"
+    result = fake_result().to_dict()
+    start, preset, tuned = result["start"], result["final_configs"]["+opt=all"], result["best"]
+
+    def probe(config, rate, **kw):
+        return {"config": config, "images_per_s": rate, "screened": False, "cut": False, "failed": None} | kw
+
+    result["final"] = {
+        "start": [probe(start, r) for r in (204, 209, 193, 205)],
+        "+opt=all": [probe(preset, 5.9, screened=True), probe(preset, 138, screened=True)],
+        "tuned": [probe(tuned, r) for r in (426, 414, 402, 413)],
+    }
+    rows = {row["name"]: row for row in final_table(result, 0.95)}
+    assert rows["tuned"]["distinguishable"] is True
+    low, high = rows["tuned"]["vs_start_interval"]
+    assert 1.8 < low < rows["tuned"]["vs_start"] < high < 2.3
+    assert rows["+opt=all"]["runs"] == 0 and rows["+opt=all"]["vs_start"] is None
+    assert tuned_against_presets(result, 0.95)["against"] == "start"
+    final = render({"result": result, "machine": {}}).split("## Final side by side")[1].split("## Steps")[0]
+    cells = {
+        line.split("|")[1].strip(): line.split("|")[3].strip() for line in final.splitlines() if line.startswith("| ")
+    }
+    assert cells["+opt=all"] == "2 screened out"
+    assert cells["tuned"] == "414 [402–426] ×4"
+    # a screened probe beside full runs is counted, not averaged in
+    result["final"]["tuned"].append(probe(tuned, 60.0, screened=True))
+    assert final_table(result, 0.95)[-1]["images_per_s"]["median"] == 413.5
+    final = render({"result": result, "machine": {}}).split("## Final side by side")[1]
+    assert "414 [402–426] ×4 (+1 screened out)" in final
