@@ -685,6 +685,14 @@ def test_configurations_that_compose_the_same_run_have_one_identity():
     assert measure.identity(("workers=auto",)) == measure.identity((f"data.num_workers={cores}",))
     assert measure.identity(("workers=auto",)) != measure.identity(("workers=off",))
     assert measure.identity(("compile=off",)) == measure.identity(())  # the default composed anyway
+    # with workers, DataLoader's default prefetch (prefetch=off) is 2 batches a worker; without, 2 is a thread's
+    assert measure.identity(("workers=auto", "prefetch=off")) == measure.identity(
+        ("workers=auto", "data.prefetch_factor=2")
+    )
+    assert measure.identity(("workers=auto", "prefetch=off")) != measure.identity(("workers=auto", "prefetch=on"))
+    assert measure.identity(("workers=off", "prefetch=off")) != measure.identity(
+        ("workers=off", "data.prefetch_factor=2")
+    )
 
 
 def test_reduced_precision_is_emulated_by_the_runs_notice_or_by_a_slow_timing_and_only_on_a_cpu():
