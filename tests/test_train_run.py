@@ -1,6 +1,7 @@
 """A whole training run leaves a correct record: results.json, summary, checkpoint, TensorBoard."""
 
 import json
+import re
 import threading
 
 import pytest
@@ -48,7 +49,10 @@ def test_quality_is_measured_at_the_end_of_training(baseline_run):
 def test_no_temporary_files_are_left_next_to_the_results(baseline_run):
     run_dir, _ = baseline_run
     assert not list(run_dir.glob(".*.tmp"))
-    assert "Trained on              12 images in 3 steps" in (run_dir / "summary.txt").read_text()
+    summary = (run_dir / "summary.txt").read_text()
+    assert "Trained on              12 images in 3 steps" in summary
+    # the resource sampler's count says what it counts, beside the trained samples
+    assert re.search(r"^Samples +[\d,]+ @ 50 ms \(utilization and memory readings\)$", summary, re.M)
 
 
 def test_last_checkpoint_is_kept_and_loads_without_unpickling_code(baseline_run):

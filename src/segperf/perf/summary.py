@@ -63,7 +63,11 @@ def format_run_summary(results: dict[str, Any]) -> str:
         _kv("Device / precision", f"{results.get('device', 'n/a')} / {results.get('precision', 'n/a')}"),
         _kv("Torch threads", f"{results['torch_threads']} intra-op" if results.get("torch_threads") else "n/a"),
         _kv("Wall clock time", _num((results.get("accounted") or {}).get("run_wall_s"), ",.1f", " s")),
-        _kv("Samples", f"{res.get('samples', 0):,} @ {res.get('interval_s', 0) * 1000:.0f} ms"),
+        # the seed's key; what is sampled is said, beside "Trained on N samples"
+        _kv(
+            "Samples",
+            f"{res.get('samples', 0):,} @ {res.get('interval_s', 0) * 1000:.0f} ms (utilization and memory readings)",
+        ),
         _kv("Mean CPU util", format_percent_of_cores(res.get("cpu_mean_percent"), cores)),
         *_workers_rows(res, cores),
         _kv("Peak RSS usage", format_usage(res.get("rss_peak_bytes"), _scale(machine.get("ram_mib"), 2**20))),
