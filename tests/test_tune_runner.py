@@ -182,6 +182,11 @@ def test_a_users_model_gets_a_learning_run_at_the_size_the_tune_was_given(monkey
     ]
     assert len(notes) == 1 and "train_images=64, val_images=32, batch_size=16" in notes[0]
     assert "quality.metric" in notes[0]
+    # one of 32 images is 0.031 of an accuracy, over the 0.02 tolerance: said; 256 images are not
+    assert "one of its 32 validation images moves an accuracy by 0.031" in notes[0]
+    notes.clear()
+    cli.quality_measure(compose_example_tune("val_images=256"), None, None, config.tune, {"model": "shapes_cnn"}, notes)
+    assert "val_images=256" in notes[0] and "validation images moves" not in notes[0]
 
 
 def test_a_users_model_is_not_checked_when_the_default_learning_run_is_null():
