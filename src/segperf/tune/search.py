@@ -27,7 +27,8 @@ Strategy (docs/tuning.md, "How it searches"):
    first) are undone one at a time and re-checked the same way (the start's second-seed run
    reused), and the start is the answer when none passes.
 4. **Final.** The start, each preset and the tuned configuration with every probe of each, topped
-   up side by side to `min_runs` where one has fewer: the comparison the report shows. With the
+   up side by side to `min_runs` where one has fewer: the comparison the report shows (from full
+   runs: segperf.tune.report leaves screened, cut and failed probes out of its ratios). With the
    budget left after that, the start and the tuned configuration (the tune's claim) are topped up
    side by side to `max_runs` each.
 
