@@ -17,6 +17,7 @@ from segperf.command_line import workload_axis_problem
 from segperf.config import CONFIG_DIR
 from segperf.data.prefetch import ThreadPrefetchLoader
 from segperf.report.settings import not_applied
+from segperf.schema import problems_in
 from segperf.training.loaders import LoaderSettings, rebuild
 from segperf.training.quality import default_metric
 from segperf.training.workload import Workload, build_workload, init_config
@@ -164,6 +165,17 @@ def test_a_workload_only_axis_is_refused_naming_the_axes_this_workload_has():
     assert problem.startswith("upsample=deconv: not an axis of this workload (model=shapes_cnn, data=shapes)")
     assert "workers, prefetch, pin, memory_format, compile, precision, threads, batch_size" in problem
     assert workload_axis_problem(["upsample=deconv"], CONFIG_DIR, "train") is None  # the U-Net has it
+
+
+def test_a_quality_mode_other_than_max_or_min_is_refused_before_any_work(example_cfg):
+    # `mode: minimum` was taken as max: a lower-is-better metric judged upside down by the tuner's guard
+    assert problems_in(example_cfg("model.quality.mode=min", "model.quality.metric=val_loss")) == []
+    assert problems_in(example_cfg("model.quality.mode=minimum")) == [
+        "model.quality.mode='minimum': use max (higher is better: an accuracy, Dice) or min (lower is better: "
+        "a loss, an error)"
+    ]
+    (problem,) = problems_in(example_cfg("+model.quality.direction=min"))
+    assert problem.startswith("model.quality.direction: not a setting of model.quality, which takes metric and mode")
 
 
 def test_the_quality_metric_defaults_to_an_accuracy_then_a_loss():

@@ -412,6 +412,35 @@ def own_problems(node: Any) -> list[str]:
     return check(node) if check is not None else []
 
 
+QUALITY_MODES = ("max", "min")
+
+
+def quality_problems(quality: Any) -> list[str]:
+    """The model config's `quality: {metric, mode}` (a user's own config has no schema): a mode
+    other than max or min was taken as max, so a lower-is-better metric was judged upside down."""
+    if quality is None:
+        return []
+    example = "e.g. quality: {metric: val_acc, mode: max}"
+    if not OmegaConf.is_dict(quality):
+        return [f"model.quality={quality!r}: give the logged validation metric and its direction, {example}"]
+    problems = [
+        f"model.quality.{key}: not a setting of model.quality, which takes metric and mode ({example})"
+        for key in quality
+        if key not in ("metric", "mode")
+    ]
+    mode, metric = quality.get("mode"), quality.get("metric")
+    if mode is not None and mode not in QUALITY_MODES:
+        problems.append(
+            f"model.quality.mode={mode!r}: use max (higher is better: an accuracy, Dice) or min (lower is better: "
+            "a loss, an error)"
+        )
+    if metric is not None and not isinstance(metric, str):
+        problems.append(
+            f"model.quality.metric={metric!r}: the name of a metric the module logs in validation ({example})"
+        )
+    return problems
+
+
 def problems_in(cfg: DictConfig) -> list[str]:
     """Every out-of-range value in a composed train config, one line each (the schema's types
     and enums have already refused wrong types and unknown options while composing)."""
@@ -423,6 +452,7 @@ def problems_in(cfg: DictConfig) -> list[str]:
         problems.append(f"warmup_steps={cfg.warmup_steps}: must be >= 0 (0 measures every step)")
     # each workload's checks live beside its types (a user's own data or model config has none)
     problems += own_problems(data) + own_problems(model) + own_problems(model.get("net"))
+    problems += quality_problems(model.get("quality"))
     precision = cfg.trainer.precision
     if precision not in PRECISIONS:
         options = ", ".join(f"{name} (precision={group})" for name, group in PRECISIONS.items())
