@@ -216,6 +216,17 @@ def test_a_listed_model_keeps_its_own_learning_run_and_not_the_default():
 def test_a_probe_reads_the_quality_metric_its_run_names(tmp_path, quality, value, metric):
     probe = probe_from_results(("pin=off",), run_folder(tmp_path, "0_", results(quality=quality)))
     assert (probe.quality, probe.quality_metric) == (value, metric)
+    # what is said is the value as logged: a loss of 0.5, not -0.5
+    assert probe.metric_value == quality[metric] and probe.lower_is_better == (quality.get("mode") == "min")
+
+
+def test_the_reports_quality_table_shows_a_lower_is_better_metric_as_logged_with_its_direction():
+    result = fake_result().to_dict()
+    for probe, error in zip(result["quality"]["probes"], (4.050, 3.727), strict=True):
+        probe |= {"quality": -error, "quality_metric": "val_mae", "lower_is_better": True}
+    rows = quality_rows(render({"result": result, "machine": {}}).split("## Quality check")[1])
+    assert rows["start"][:2] == ["4.05", "val_mae (lower is better)"]
+    assert rows["upsample=deconv"][0] == "3.73"
 
 
 def test_later_overrides_replace_earlier_ones_of_the_same_key():

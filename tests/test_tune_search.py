@@ -16,6 +16,7 @@ import math
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -371,6 +372,38 @@ def test_the_quality_guard_rejects_a_faster_configuration_that_learns_worse_and_
     assert [p.config for p in check.probes] == [(), ("precision=bf16", "workers=auto"), ("workers=auto",)]
     # the fallback passed on its first run: no confirmation of it
     assert [p.config for p in check.confirmations] == [("seed=1",), ("precision=bf16", "seed=1", "workers=auto")]
+
+
+def test_a_lower_is_better_quality_is_said_as_the_run_logged_it_with_its_direction():
+    # an outside regression model's guard printed its val_mae negated ("quality -3.727 against the
+    # start's -4.050"): the runner negates a `mode: min` metric so that higher is better inside
+    workload = Workload({"precision=bf16": 2.0, "workers=auto": 1.4}, seed=1, quality_loss={"precision=bf16": 0.2})
+    measure = workload.quality
+
+    def as_error(configs, limit):  # an error of 4 - the fake's quality, lower is better
+        return [
+            replace(
+                p,
+                quality=None if p.quality is None else p.quality - 4.0,
+                quality_metric="val_mae",
+                lower_is_better=True,
+            )
+            for p in measure(configs, limit)
+        ]
+
+    workload.quality = as_error
+    lines: list[str] = []
+    result = tune(workload, presets={}, quality=True, progress=lines.append)
+    assert "precision=bf16" not in result.best  # rejected as before: negated inside, the guard is unchanged
+    said = [line for line in lines if "] start: quality " in line]
+    assert said and all(re.search(r"start: quality 3\.\d{3} val_mae \(lower is better\)$", line) for line in said)
+    [rejected] = [s for s in result.steps if s.verdict == WORSE]
+    start_error, rejected_error = (f"{-p.quality:.3f}" for p in result.quality.probes[:2])
+    assert start_error.startswith("3.") and float(rejected_error) > float(start_error)
+    assert (
+        f"quality {rejected_error} (seed 0)" in rejected.note and f"the start's {start_error} (seed 0)" in rejected.note
+    )
+    assert "(val_mae, lower is better): worse by 0." in rejected.note and "-3." not in rejected.note
 
 
 def recorded_quality_batches(workload: Workload) -> list[list[Config]]:

@@ -153,7 +153,7 @@ class Ledger:
         if probe.failed is not None and not probe.cut:
             outcome = f"failed: {probe.failed}"
         elif kind == QUALITY:
-            outcome = f"quality {probe.quality:.3f}" if probe.quality is not None else "no quality"
+            outcome = f"quality {_said(probe)}" if probe.quality is not None else "no quality"
         else:
             outcome = f"{probe.images_per_s:.3g} images/s" if probe.images_per_s is not None else "no images/s"
         flags = (
@@ -170,3 +170,8 @@ class Ledger:
 
 
 __all__ = ["Ledger", "QUALITY", "SPEED"]
+
+
+def _said(probe: Probe) -> str:
+    """A learning run's quality as logged, its direction where lower is better: `4.050 val_mae (lower is better)`."""
+    return f"{probe.metric_value:.3f}" + (f" {probe.quality_metric} (lower is better)" if probe.lower_is_better else "")

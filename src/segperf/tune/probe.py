@@ -33,6 +33,8 @@ class Probe:
     quality: float | None = None
     # which results.json metric that is (quality.metric, else val_dice / val_accuracy)
     quality_metric: str | None = None
+    # the metric is lower-is-better (`mode: min`): `quality` is its value negated
+    lower_is_better: bool = False
     # wall time the probe took, start-up and warm-up included: what it cost of the budget
     wall_s: float = 0.0
     # stopped at the time limit (its images/s are of the steps it finished)
@@ -50,6 +52,11 @@ class Probe:
     @property
     def applied(self) -> bool:
         return not self.not_applied
+
+    @property
+    def metric_value(self) -> float | None:
+        """The quality as the run logged it (an error of 4.05, not -4.05): what the guard says."""
+        return -self.quality if self.quality is not None and self.lower_is_better else self.quality
 
 
 # Runs each configuration of the batch once, in the order given (A B A B interleaving is the

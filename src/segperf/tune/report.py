@@ -237,12 +237,12 @@ def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> st
     for probe in check.get("probes") or []:
         key = _unseeded(probe.get("config") or [])
         runs = [probe, *([confirmations[key]] if key in confirmations else [])]
-        qualities = [p.get("quality") for p in runs]
+        qualities = [_as_logged(p) for p in runs]
         mean = sum(qualities) / 2 if len(runs) == 2 and None not in qualities else None
         seeded = [fmt_num(qualities[1]) if len(runs) == 2 else "", fmt_num(mean) if mean is not None else ""]
         rows.append(
             [label(key, _unseeded(start)), fmt_num(qualities[0]), *(seeded if len(seeds) == 2 else [])]
-            + [probe.get("quality_metric") or "", "; ".join(p["failed"] for p in runs if p.get("failed"))]
+            + [_metric_cell(probe), "; ".join(p["failed"] for p in runs if p.get("failed"))]
             + [", ".join(p["run_dir"] for p in runs if p.get("run_dir"))]
         )
     lines = [f"Verdict: **{quality_line(check)}**; tolerance {check.get('tolerance')}.", ""]
@@ -258,6 +258,17 @@ def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> st
         ]
     numbers = set(range(1, len(headers) - 3))
     return "\n".join([*lines, *(md_table(headers, rows, numbers) if rows else [])])
+
+
+def _as_logged(probe: Mapping[str, Any]) -> float | None:
+    """A learning run's quality as the run logged it (the guard negates a lower-is-better metric)."""
+    quality = probe.get("quality")
+    return -quality if quality is not None and probe.get("lower_is_better") else quality
+
+
+def _metric_cell(probe: Mapping[str, Any]) -> str:
+    metric = probe.get("quality_metric") or ""
+    return f"{metric} (lower is better)" if metric and probe.get("lower_is_better") else metric
 
 
 def _unseeded(config: Sequence[str]) -> tuple[str, ...]:

@@ -62,7 +62,12 @@ def run_quality(quality: dict[str, Any]) -> float | None:
     negated where lower is better: `mode: min`), else the U-Net's val Dice or the CNN's val accuracy."""
     metric = quality_metric(quality)
     value = quality.get(metric) if metric else None
-    return -value if value is not None and quality.get("metric") and quality.get("mode") == "min" else value
+    return -value if value is not None and lower_is_better(quality) else value
+
+
+def lower_is_better(quality: dict[str, Any]) -> bool:
+    """Whether the run's quality.metric is judged lower-is-better (`mode: min`: a loss, an error)."""
+    return bool(quality.get("metric")) and quality.get("mode") == "min"
 
 
 def quality_metric(quality: dict[str, Any]) -> str | None:
@@ -134,6 +139,7 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
         not_applied=not_applied(results.get("adjusted") or {}),
         quality=run_quality(quality),
         quality_metric=quality_metric(quality),
+        lower_is_better=lower_is_better(quality),
         wall_s=float(wall),
         run_dir=str(run_dir),
     )

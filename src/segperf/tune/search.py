@@ -405,9 +405,9 @@ class Tuner:
                 if loss is None:
                     mean_loss = _mean_quality(start_runs) - _mean_quality(runs)
                     notes.append(
-                        f"{label}: {self._qualities(runs, start_runs)}: lower by {mean_loss:.3f}, within the "
+                        f"{label}: {self._qualities(runs, start_runs)}: worse by {mean_loss:.3f}, within the "
                         f"tolerance of {self.quality_tolerance} on the mean of two seeds (seed {self.seeds[0]} "
-                        f"alone: lower by {start_probe.quality - probe.quality:.3f})"
+                        f"alone: worse by {start_probe.quality - probe.quality:.3f})"
                     )
             if loss is None:
                 check.reason = "; ".join(notes)
@@ -650,16 +650,19 @@ class Tuner:
         loss = _mean_quality(start_runs) - _mean_quality(runs)
         if loss > self.quality_tolerance:
             return (
-                f"{self._qualities(runs, start_runs)}: lower by {loss:.3f}, "
+                f"{self._qualities(runs, start_runs)}: worse by {loss:.3f}, "
                 f"beyond the tolerance of {self.quality_tolerance}"
             )
         return None
 
     def _qualities(self, runs: list[Probe], start_runs: list[Probe]) -> str:
         """Both sides' qualities as the report says them: each seed's and their mean where there are two."""
+        direction = f" ({runs[0].quality_metric}, lower is better)" if runs[0].lower_is_better else ""
         if len(runs) == 1:
-            return f"quality {runs[0].quality:.3f} against the start's {start_runs[0].quality:.3f}"
-        return f"quality {_per_seed(runs, self.seeds)}, against the start's {_per_seed(start_runs, self.seeds)}"
+            return f"quality {runs[0].metric_value:.3f} against the start's {start_runs[0].metric_value:.3f}{direction}"
+        return (
+            f"quality {_per_seed(runs, self.seeds)}, against the start's {_per_seed(start_runs, self.seeds)}{direction}"
+        )
 
     # -- helpers ----------------------------------------------------------------------------
     def _first_probe(self) -> list[Probe]:
@@ -733,10 +736,13 @@ def _mean_quality(probes: list[Probe]) -> float:
 def _per_seed(probes: list[Probe], seeds: tuple[int, int]) -> str:
     """`0.948 (seed 0) and 0.969 (seed 1), mean 0.959`: a side's learning runs, one per seed."""
     each = [
-        f"{p.quality:.3f} (seed {seed})" if p.quality is not None else f"none (seed {seed}: {p.failed or 'no quality'})"
+        f"{p.metric_value:.3f} (seed {seed})"
+        if p.quality is not None
+        else f"none (seed {seed}: {p.failed or 'no quality'})"
         for seed, p in zip(seeds, probes, strict=False)
     ]
-    return f"{' and '.join(each)}, mean {_mean_quality(probes):.3f}"
+    logged = [p.metric_value for p in probes if p.metric_value is not None]
+    return f"{' and '.join(each)}, mean {sum(logged) / len(logged):.3f}"
 
 
 def _usable(probes: list[Probe]) -> list[Probe]:
