@@ -105,7 +105,7 @@ def test_report_json_holds_the_contract_beside_report_md(tmp_path):
     assert first["images_per_s"] | {"mean": 0, "std": 0} == {"median": 2.1, "min": 2.0, "max": 2.2, "mean": 0, "std": 0}
     assert [c["distinguishable"] for c in data["configurations"]] == [False, False, True]
     assert fast["overrides"] == {"data.num_workers": "2", "train_images": "64"} and fast["speedup"] == 2.0
-    assert fast["quality"]["lower_than_baseline"] is False  # judged (3 runs a side): not lower
+    assert fast["quality"]["worse_than_baseline"] is False  # judged (3 runs a side): not lower
     assert (fast["quality"]["metric"], fast["quality"]["median"]) == ("val_dice", 0.9)
     assert "Decision rule: a speed-up is distinguishable" in text and data["decision"]["level"] == 0.95
     assert "## Warnings\n\nNone." in text  # results.json from before machine_load/process_job load as before
@@ -212,15 +212,38 @@ def test_quality_that_fell_beyond_the_spread_of_repeats_is_marked(tmp_path):
     rows = table_rows(text, "## Training")
     assert rows["workers=auto"][10] == "0.810 [0.800–0.820] (lower)"
     assert rows["workers=4"][10] == "0.900 [0.890–0.905]"  # within the baseline's spread: not marked
-    assert [c["quality"]["lower_than_baseline"] for c in data["configurations"]] == [None, True, False]
+    assert [c["quality"]["worse_than_baseline"] for c in data["configurations"]] == [None, True, False]
     assert "`workers=auto`: val Dice 0.810 [0.800–0.820] is lower than the baseline's 0.900" in text
+    assert (tmp_path / "out" / "quality.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_lower_is_better_quality_is_judged_worse_when_it_rose_and_labelled_so(tmp_path):
+    # an outside regression model (quality: {metric: val_mae, mode: min}): its better lr was marked
+    # "(lower)" with "the speed may have cost quality", its worse one left unmarked
+    jobs, i = {}, 0
+    mae = {"model.lr=3e-4": [12.2, 11.8, 12.6], "model.lr=3e-3": [4.9, 4.0, 7.0], "model.lr=3e-5": [14.0, 13.5, 14.6]}
+    for seed in range(3):
+        for n, (label, values) in enumerate(mae.items()):
+            quality = {"val_mae": values[seed], "val_loss": 0.1, "metric": "val_mae", "mode": "min"}
+            jobs[f"{i}_seed={seed},{label}"] = run(2.0 + n, seed=seed, axes={"workers": n}, quality=quality)
+            i += 1
+    text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out", charts=True)
+    rows = table_rows(text, "## Training")
+    assert "val_mae (lower is better)" in text.split("## Training", 1)[1].splitlines()[2]  # the header
+    assert rows["model.lr=3e-3"][10] == "4.900 [4.000–7.000]"  # better: not marked
+    assert rows["model.lr=3e-5"][10] == "14.000 [13.500–14.600] (higher)"
+    quality = by_label(data)["model.lr=3e-5"]["quality"]
+    assert (quality["mode"], quality["worse_than_baseline"]) == ("min", True)
+    assert by_label(data)["model.lr=3e-3"]["quality"]["worse_than_baseline"] is False
+    assert "`model.lr=3e-5`: val_mae 14.000 [13.500–14.600] is higher than the baseline's" in text
+    assert "`model.lr=3e-3`" not in text.split("## Warnings", 1)[1].split("## Failed", 1)[0]
     assert (tmp_path / "out" / "quality.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_quality_of_single_runs_is_not_judged(tmp_path):
     jobs = {"0_workers=off": run(2.0), "1_workers=auto": run(3.0, axes={"workers": 2}, quality={"val_dice": 0.5})}
     text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
-    assert by_label(data)["workers=auto"]["quality"]["lower_than_baseline"] is None
+    assert by_label(data)["workers=auto"]["quality"]["worse_than_baseline"] is None
     assert table_rows(text)["workers=auto"][10] == "0.500"
 
 
@@ -290,7 +313,7 @@ def test_quality_is_not_judged_from_repeats_of_one_seed_which_train_alike(tmp_pa
             )
             i += 1
     text, data = report(write_sweep(tmp_path / "s", jobs), tmp_path / "out")
-    assert by_label(data)["upsample=deconv"]["quality"]["lower_than_baseline"] is None
+    assert by_label(data)["upsample=deconv"]["quality"]["worse_than_baseline"] is None
     assert table_rows(text, "## Training")["upsample=deconv"][10] == "0.956 [0.956–0.956]"
     assert "cost quality" not in text and "judged with two seeds or more a side, `seed=0,1,2`" in text
 

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from segperf.perf.formatting import fmt_num
 from segperf.perf.phase_names import PHASE_ORDER
 from segperf.report.cells import fmt_median_speedup
-from segperf.report.flags import quality_fell, quality_metric
+from segperf.report.flags import quality_fell, quality_metric, quality_mode, worse_word
 from segperf.report.sweep import Configuration
 
 PHASES = list(PHASE_ORDER)
@@ -156,6 +156,7 @@ def quality(configs: list[Configuration], baseline: Configuration | None, out: P
     fig = _figure(configs, 2 * len(configs))
     ax = fig.add_subplot()
     main, name = quality_metric(configs)
+    mode = quality_mode(configs)
     paths = [(name, main, "C4"), ("val pixel accuracy", "quality.val_pixel_accuracy", "C2")]
     paths = [p for p in paths if p[1] == main or any(c.stat(p[1]).n for c in configs)]
     stats = [[c.stat(path) for c in configs] for _, path, _ in paths]
@@ -165,15 +166,22 @@ def quality(configs: list[Configuration], baseline: Configuration | None, out: P
         [
             None
             if s.median is None
-            else f"{s.median:.3f}" + ("  lower" if path == main and quality_fell(c, baseline, path) else "")
+            else f"{s.median:.3f}"
+            + (f"  {worse_word(mode)}" if path == main and quality_fell(c, baseline, path, mode) else "")
             for c, s in zip(configs, row, strict=True)
         ]
         for (_, path, _), row in zip(paths, stats, strict=True)
     ]
     _grouped_barh(ax, [c.label for c in configs], series, errors, notes)
-    ax.set_xlim(0, 1.25)
-    ax.set_xlabel("median over repeats, bars: min–max (1 = perfect)")
-    ax.set_title("Validation quality (lower = below the baseline beyond the spread of repeats)")
+    highest = max((s.max for row in stats for s in row if s.max is not None), default=1.0)
+    if highest <= 1.0:  # Dice, accuracy: on their 0-1 scale
+        ax.set_xlim(0, 1.25)
+        ax.set_xlabel("median over repeats, bars: min–max (1 = perfect)")
+    else:  # a user's loss or error, on its own scale (an MAE of 4 ran off a 0-1 axis)
+        ax.set_xlim(0, highest * 1.25)
+        ax.set_xlabel("median over repeats, bars: min–max" + (" (lower is better)" if mode == "min" else ""))
+    worse = "above" if mode == "min" else "below"
+    ax.set_title(f"Validation quality ({worse_word(mode)} = {worse} the baseline beyond the spread of seeds)")
     return _save(fig, out / "quality.png")
 
 

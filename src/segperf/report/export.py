@@ -35,10 +35,14 @@ def _noise(noise) -> dict[str, Any] | None:
     return {"relative": noise.relative, "df": noise.df, "configurations": noise.configurations}
 
 
-def _quality(config: Configuration, baseline: Configuration | None, metric: str) -> dict[str, Any]:
+def _quality(config: Configuration, baseline: Configuration | None, metric: str, mode: str) -> dict[str, Any]:
     main = config.stat(metric)
-    quality: dict[str, Any] = {"metric": metric.split(".", 1)[1], "median": main.median, "min": main.min}
-    quality |= {"max": main.max, "runs": main.n, "lower_than_baseline": warn.quality_fell(config, baseline, metric)}
+    quality: dict[str, Any] = {"metric": metric.split(".", 1)[1], "mode": mode, "median": main.median, "min": main.min}
+    quality |= {
+        "max": main.max,
+        "runs": main.n,
+        "worse_than_baseline": warn.quality_fell(config, baseline, metric, mode),
+    }
     for key in QUALITY_KEYS:
         if config.stat(f"quality.{key}").n:
             quality[key] = {k: v for k, v in _stat(config, f"quality.{key}").items() if k in ("median", "min", "max")}
@@ -62,9 +66,15 @@ def _runs(config: Configuration, loads: dict[int, dict], path: str) -> list[dict
 
 
 def configuration_data(
-    config: Configuration, baseline: Configuration | None, path: str, metric: str, loads: dict[int, dict]
+    config: Configuration,
+    baseline: Configuration | None,
+    path: str,
+    metric: str,
+    loads: dict[int, dict],
+    mode: str = "max",
 ) -> dict[str, Any]:
-    """One configuration's entry (see the module docstring); `baseline` None: no speed-ups."""
+    """One configuration's entry (see the module docstring); `baseline` None: no speed-ups; `mode`:
+    whether the quality `metric` is higher-is-better (max) or lower-is-better (min)."""
     decision = decide(config, baseline, path)
     test = decision.test
     outlier = warn.first_job_outlier(config, path)
@@ -83,7 +93,7 @@ def configuration_data(
         "applied": config.applied,
         "not_applied": config.not_applied,
         "same_as": config.same_as,
-        "quality": _quality(config, baseline, metric),
+        "quality": _quality(config, baseline, metric, mode),
         "measured_mfu": mfu_summary(config),
         "first_job_outlier": None if outlier is None else outlier[0].job,
         "run_details": _runs(config, loads, path),
@@ -99,6 +109,7 @@ def report_data(sweep: Sweep, allow_mixed_machines: bool = False) -> dict[str, A
     data: dict[str, Any] = {"sweep": str(sweep.path.resolve())}
     train_base = baseline_of(train) if comparable else None
     metric, _ = warn.quality_metric(train)
+    mode = warn.quality_mode(train)
     data |= {
         "baseline": train_base.label if train_base else None,
         "comparable_machines": comparable,
@@ -109,7 +120,7 @@ def report_data(sweep: Sweep, allow_mixed_machines: bool = False) -> dict[str, A
             "rule": RULE,
             "noise": _noise(sweep_noise(train) if train_base else None),
         },
-        "configurations": [configuration_data(c, train_base, THROUGHPUT, metric, loads) for c in train],
+        "configurations": [configuration_data(c, train_base, THROUGHPUT, metric, loads, mode) for c in train],
     }
     warnings = warn.collect(sweep, train, train_base)
     if infer:

@@ -65,6 +65,18 @@ def quality_metric(configs: list[Configuration]) -> tuple[str, str]:
     return "quality.val_dice", "val Dice"
 
 
+def quality_mode(configs: list[Configuration]) -> str:
+    """Whether the sweep's quality is higher-is-better ("max": Dice, accuracy) or lower-is-better
+    ("min": a loss or an error a user's module was judged by, results.json `quality.mode`)."""
+    mode = next((r.get("quality.mode") for c in configs for r in c.ok_runs if r.get("quality.metric")), None)
+    return "min" if mode == "min" else "max"
+
+
+def worse_word(mode: str) -> str:
+    """How a worse quality reads: lower for an accuracy, higher for an error."""
+    return "higher" if mode == "min" else "lower"
+
+
 def _number(value: Any) -> float | None:
     return next(iter(present_numbers([value])), None)
 
@@ -235,10 +247,12 @@ def seeds_measured(config: Configuration, path: str) -> int:
     return len({r.get("config.seed") for r in config.ok_runs if _number(r.get(path)) is not None} - {None})
 
 
-def quality_fell(config: Configuration, baseline: Configuration | None, path: str) -> bool | None:
-    """True when `config`'s quality is lower than the baseline's beyond the spread across seeds
-    (Welch at LEVEL, and by QUALITY_FLOOR or more); None when it cannot be judged (fewer than
-    MIN_RUNS seeds on a side, no baseline, or a configuration that ran the baseline's settings).
+def quality_fell(config: Configuration, baseline: Configuration | None, path: str, mode: str = "max") -> bool | None:
+    """True when `config`'s quality is worse than the baseline's beyond the spread across seeds
+    (Welch at LEVEL, and by QUALITY_FLOOR or more): lower, or higher where `mode` is "min" (a loss,
+    an error: an outside regression model's better val_mae was flagged as fallen); None when it
+    cannot be judged (fewer than MIN_RUNS seeds on a side, no baseline, or a configuration that ran
+    the baseline's settings).
 
     Quality is judged across seeds, not across `+repeat`s of one seed: on a CPU those train to the
     same weights, so their spread is zero and any change in the arithmetic (deconv, bf16) would be
@@ -251,6 +265,8 @@ def quality_fell(config: Configuration, baseline: Configuration | None, path: st
     if test.distinguishable is None:
         return None
     drop = (baseline.stat(path).median or 0.0) - (config.stat(path).median or 0.0)
+    if mode == "min":
+        return bool(test.distinguishable and test.low > 0 and -drop >= QUALITY_FLOOR)
     return bool(test.distinguishable and test.high < 0 and drop >= QUALITY_FLOOR)
 
 
@@ -279,12 +295,13 @@ def collect(sweep: Sweep, configs: list[Configuration], baseline: Configuration 
             )
             flags.append(Flag("first_job", c.label, run.job, text))
     path, name = quality_metric(configs)
+    mode = quality_mode(configs)
     base = baseline.stat(path) if baseline else None
     for c in configs:
-        if quality_fell(c, baseline, path):
+        if quality_fell(c, baseline, path, mode):
             mine = c.stat(path)
             text = (
-                f"`{c.label}`: {name} {mine.median:.3f} [{mine.min:.3f}–{mine.max:.3f}] is lower than the "
+                f"`{c.label}`: {name} {mine.median:.3f} [{mine.min:.3f}–{mine.max:.3f}] is {worse_word(mode)} than the "
                 f"baseline's {base.median:.3f} [{base.min:.3f}–{base.max:.3f}], beyond the spread across seeds "
                 f"(Welch's t-test, {LEVEL:.0%}): the speed may have cost quality."
             )

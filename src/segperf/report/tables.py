@@ -12,7 +12,7 @@ from collections import Counter
 from segperf.perf.formatting import fmt_num, fmt_pct, md_table
 from segperf.report.cells import fmt_interval, fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
 from segperf.report.decide import CONFIRM, RULE, baseline_of, decide
-from segperf.report.flags import Flag, quality_fell, quality_metric, warning_lines
+from segperf.report.flags import Flag, quality_fell, quality_metric, quality_mode, warning_lines, worse_word
 from segperf.report.mfu import mfu_cell, mfu_notes
 from segperf.report.stats import LEVEL
 from segperf.report.sweep import Configuration, Sweep
@@ -64,21 +64,24 @@ def _any_cold(configs: list[Configuration]) -> bool:
     return any("cold" in c.page_cache for c in configs)
 
 
-def _quality_cell(config: Configuration, baseline: Configuration | None, path: str) -> str:
+def _quality_cell(config: Configuration, baseline: Configuration | None, path: str, mode: str) -> str:
     """ "0.900 [0.890–0.920]" over repeats ("0.970" for one run), "(lower)" when it fell below the
-    baseline's beyond the spread across seeds (segperf.report.flags.quality_fell)."""
+    baseline's beyond the spread across seeds ("(higher)" for a lower-is-better metric; segperf.report.
+    flags.quality_fell)."""
     stat = config.stat(path)
     if stat.median is None:
         return "n/a"
     text = f"{stat.median:.3f}" + (f" [{stat.min:.3f}–{stat.max:.3f}]" if stat.n > 1 else "")
-    return text + (" (lower)" if quality_fell(config, baseline, path) else "")
+    return text + (f" ({worse_word(mode)})" if quality_fell(config, baseline, path, mode) else "")
 
 
 def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Configuration | None) -> list[str]:
     ids = _machine_ids(sweep)
     headers = ["configuration", "runs", "images/s median [min–max]", "speed-up", "data_wait share", "train_step share"]
     quality_path, quality_name = quality_metric(configs)
-    headers += ["p99 data wait ms", "CPU %", "GPU %", "MFU", quality_name, "verdict"]
+    mode = quality_mode(configs)
+    quality_header = f"{quality_name} (lower is better)" if mode == "min" else quality_name
+    headers += ["p99 data wait ms", "CPU %", "GPU %", "MFU", quality_header, "verdict"]
     rows = []
     for c in configs:
         p99 = c.stat("jitter.data_wait.p99").median
@@ -93,7 +96,7 @@ def _training_table(sweep: Sweep, configs: list[Configuration], baseline: Config
             _measured(c, fmt_num(c.stat("resources.cpu_mean_percent").median, 2)),
             _measured(c, fmt_num(c.stat("resources.gpu_util_mean_percent").median, 2)),
             mfu_cell(c),
-            _quality_cell(c, baseline, quality_path),
+            _quality_cell(c, baseline, quality_path, mode),
             _verdict_kind(c),
         ]
         if len(ids) > 1:
@@ -125,8 +128,9 @@ def training_section(
         )
         + f"`~`: not distinguishable from run-to-run noise; `(unconfirmed)`: one run on a side, `{CONFIRM}` "
         "confirms it; `same as X`: ran X's effective settings (a setting not applied on this machine). "
-        + "Quality: median [min–max] over repeats, `(lower)` below the baseline's beyond the spread across "
-        "seeds (judged with two seeds or more a side, `seed=0,1,2`: repeats of one seed train alike). "
+        + "Quality: median [min–max] over repeats, `(lower)` below the baseline's (`(higher)` above it, for a "
+        "lower-is-better metric) beyond the spread across seeds (judged with two seeds or more a side, "
+        "`seed=0,1,2`: repeats of one seed train alike). "
         "Shares: of the run's wall time; `off`: the run's measurement was off. "
         "MFU: median model FLOPs utilisation against the peak measured on the machine (never above 100%: "
         "a run that beat its peak probe shows `n/a`, and why, below). "
