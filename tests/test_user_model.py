@@ -103,6 +103,9 @@ def test_a_rebuilt_loader_keeps_the_users_dataset_sampler_and_collate_and_takes_
     assert result.changed["num_workers"] == {"from": 0, "to": 2}
     assert result.changed["batch_size"] == {"from": 4, "to": 8}
     assert result.not_applied == {}
+    # and the record names what it kept
+    kept = result.record()["kept"]
+    assert kept == {"dataset": "TensorDataset", "sampler": "RandomSampler", "collate_fn": collate.__qualname__}
 
 
 def test_what_rebuilding_changed_is_what_the_loader_does_with_dataloaders_defaults_resolved():
