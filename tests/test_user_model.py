@@ -78,6 +78,16 @@ def test_the_example_trains_two_batches_and_records_every_validation_metric(exam
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["quality"]["metric"] == "val_acc"
     assert "val_acc (max: the run's quality)" in (tmp_path / "summary.txt").read_text()
+    assert not [n for n in results.get("notices", []) if n.startswith("quality:")]  # the yaml named it
+
+
+def test_a_model_config_without_quality_is_judged_by_the_default_metric_and_told_so(example_cfg, tmp_path):
+    from segperf.training.run import train
+
+    results = train(example_cfg("workers=off", "~model.quality"), tmp_path)
+    assert (results["quality"]["metric"], results["quality"]["mode"]) == ("val_acc", "max")
+    [notice] = [n for n in results["notices"] if n.startswith("quality:")]
+    assert "names no quality.metric, so the report and the tuner judge this run by val_acc (higher is better)" in notice
 
 
 def test_segperf_keys_stay_out_of_the_users_constructors(example_cfg):

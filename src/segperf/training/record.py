@@ -202,6 +202,14 @@ class RunRecord:
             self.notice(
                 f"model.quality.metric={metric}: the module logged no such validation metric (it logged {logged})"
             )
+        elif not metric and self.results["quality"].get("metric"):
+            section = self.results["quality"]
+            direction = "lower" if section["mode"] == "min" else "higher"
+            self.notice(
+                f"quality: the model config names no quality.metric, so the report and the tuner judge this run by "
+                f"{section['metric']} ({direction} is better); name the one you mean in it: "
+                "quality: {metric: val_acc, mode: max}"
+            )
 
     @property
     def never_trained(self) -> bool:
