@@ -40,7 +40,9 @@ def infer_config(*overrides: str):
 
 
 def run(out_dir, *overrides: str, keep=frozenset()):
-    return infer(infer_config(*overrides), out_dir, keep=keep)
+    # a val_images given is on the command line, as segperf.infer's own keep would say
+    given = {"val_images"} if any(o.startswith("val_images=") for o in overrides) else set()
+    return infer(infer_config(*overrides), out_dir, keep=set(keep) | given)
 
 
 @pytest.fixture(scope="module")

@@ -178,3 +178,14 @@ def test_infer_prepares_a_users_data_before_setting_it_up_as_lightning_does(shap
     results = infer(infer_config(f"run_dir={shapes_run}", "val_images=16", "batch_size=16"), tmp_path)
     assert results["status"] == "completed", results.get("error")
     assert calls[:2] == ["prepare_data", "setup"]  # a data module that downloads or writes its cache in prepare_data
+
+
+def test_a_quality_read_from_fewer_images_than_the_run_validated_on_says_so(shapes_run, tmp_path, monkeypatch):
+    # infer's default val_images (16) read an outside model's val_mae as 3.40 where its run's 256 read 4.05
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    results = infer(infer_config(f"run_dir={shapes_run}", "val_images=16", "batch_size=16"), tmp_path / "a")
+    assert results["status"] == "completed", results.get("error")
+    [note] = [n for n in results["notices"] if n.startswith("quality from")]
+    assert note.startswith("quality from 16 validation images") and "validated on 32: val_images=32" in note
+    given = infer(infer_config(f"run_dir={shapes_run}", "val_images=16"), tmp_path / "b", keep={"val_images"})
+    assert not [n for n in given["notices"] if n.startswith("quality from")]  # asked for: no word

@@ -77,6 +77,8 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         )
         del checkpoint
         results["dataset"] = {**workload.dataset_summary(), "val_images_used": workload.images}
+        if note := fewer_images_than_the_run(source, workload.images, keep):
+            results["notices"].append(note)
         example = workload.feed(next(iter(workload.loader)))
         # load_s: read, rebuild, cast and move, and the dtype probe (one image in the cast net)
         net, dtype = cast_net(cfg, runtime, workload.net, example, device, results)
@@ -173,6 +175,19 @@ def adopt_run(cfg: DictConfig, source: Source, checkpoint: dict[str, Any], keep:
             adopt_run_data(cfg, run_data, keep)
         else:
             cfg.data = adopted_data(cfg, run_data, keep)
+
+
+def fewer_images_than_the_run(source: Source, used: int | None, keep: set[str] | frozenset[str]) -> str | None:
+    """A word where the quality is read from fewer validation images than the training run read
+    (infer's default is 16, a minute of the U-Net on 2 cores: an outside regression model's val_mae
+    over 16 images read 3.40 against the run's 4.05 over 256), unless val_images was given."""
+    ran = (source.train_config or {}).get("val_images")
+    if "val_images" in keep or not isinstance(ran, int) or used is None or used >= ran:
+        return None
+    return (
+        f"quality from {used} validation images (infer's val_images); the training run validated on {ran}: "
+        f"val_images={ran} batch_size=... reads its figure"
+    )
 
 
 def adopted_data(cfg: DictConfig, run_data: dict[str, Any], keep: set[str] | frozenset[str]) -> DictConfig:
