@@ -159,9 +159,10 @@ def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(m
     clock.on_validation_end(trainer, None)  # t=6
     clock.on_train_batch_start(trainer, None, batch, 1)  # pause ends, the step starts: t=7
     clock.on_before_backward(trainer, None, None)  # t=8
-    clock.on_train_batch_end(trainer, None, None, batch, 1)
-    clock.on_train_end(trainer, None)  # t=9
-    assert clock.marks == {"train_start": 0.0, "warmup_end": 4.0, "train_end": 9.0}
+    clock.on_train_batch_end(trainer, None, None, batch, 1)  # t=9
+    clock.on_train_end(trainer, None)  # t=10
+    assert clock.marks == {"train_start": 0.0, "warmup_end": 4.0, "train_end": 10.0}
+    assert clock.step_times == [(1.0, 4.0), (7.0, 9.0)] and clock.step_images == [4, 4]  # each step's edges
     assert clock.validation == [(5.0, 6.0)]
     assert clock.pauses == [(5.0, 7.0)]  # validation and whatever followed it before training resumed
     assert clock.forward_s == [1.0, 1.0]  # batch start to backward, per step (when a DDP rank is ready)

@@ -44,6 +44,10 @@ class PhaseClock(L.Callback):
         self.pauses: list[Interval] = []
         self._pause_start: float | None = None
         self.steps = self.images = self.warmup_images = 0
+        # per training step: (batch start, batch end) on the host clock, and its samples: where the
+        # run reached its steady state (segperf.perf.train_rate.steady_start)
+        self.step_times: list[Interval] = []
+        self.step_images: list[int] = []
         self._validation_start: float | None = None
         # per training step, batch start to the first backward: the host time a rank takes before
         # it joins the gradient all-reduce (with data_wait, what a DDP straggler makes others wait for)
@@ -134,17 +138,22 @@ class PhaseClock(L.Callback):
                 self._events[-1][2] = self._device_event()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        end = time.perf_counter()
+        self.step_times.append((end if self._batch_start is None else self._batch_start, end))
         self._batch_start = None
         self.backward.append((self._before_backward, self._after_backward))
         if self._events:
             self._events[-1][3] = self._device_event()
         self.steps += 1
-        self.images += self.batch_size(batch)
+        self.step_images.append(self.batch_size(batch))
+        self.images += self.step_images[-1]
         if self.steps == self.warmup_steps:
             self.warmup_images = self.images
             if trainer.strategy.root_device.type == "cuda":
                 torch.cuda.synchronize()  # once: warm-up (compilation) ends when its work is done
-            self.mark("warmup_end")
+                self.mark("warmup_end")
+            else:  # the step's own end, so that the steady state starts where a step ended
+                self.marks["warmup_end"] = end
 
     # -- validation -----------------------------------------------------------------------------
     def on_validation_start(self, trainer, pl_module) -> None:

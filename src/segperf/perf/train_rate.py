@@ -2,11 +2,48 @@
 
 Pure arithmetic on the PhaseClock's counts and marks (segperf.callbacks.phase_clock), so that the
 rate is the same with the measurement on or off (`perf.measure=false` keeps only the clock).
+
+The rate is of the steady state. A DataLoader with workers starts with its queue full (workers x
+prefetch_factor batches, made while the run set up), so after warm-up the first steps take their
+batches at the net's speed even where the loader is slower; only once the queue has drained does
+each step wait for its batch. With the loader at half the net's speed, 2 workers x 4 batches serve
+the first 16 steps after warm-up at the net's speed: an 8-step tune probe measured the net, not
+the loader (an outside model's tune claimed 2.91x where three full runs a side measured 2.14x).
+So the rate starts at the first step after warm-up that waited for its batch (starved, as
+segperf.perf.jitter counts it, from the gap between one step's end and the next one's start,
+validation pauses left out), where one did and enough steps follow it; a run that never waited
+(compute-bound, its queue always full) is timed from the end of warm-up, as before.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from typing import Any
+
+from segperf.perf.jitter import STARVED_FRACTION
+
+# steps the steady state must keep for its rate to be read from them rather than from the warm-up's end
+MIN_STEADY_STEPS = 3
+
+
+def steady_start(
+    steps: Sequence[tuple[float, float]], pauses: Sequence[tuple[float, float]], warmup_steps: int, train_start: float
+) -> int | None:
+    """The index of the first step after warm-up that waited for its batch longer than
+    STARVED_FRACTION of the median step, None when none did or fewer than MIN_STEADY_STEPS steps
+    are left from it (see the module docstring). The gap before a step is the time since the
+    previous step ended (the first: since training started), less the validation pauses in between."""
+    timed = [end - start for start, end in steps[warmup_steps:]]
+    if len(timed) < MIN_STEADY_STEPS:
+        return None
+    threshold = STARVED_FRACTION * statistics.median(timed)
+    for i in range(warmup_steps, len(steps) - MIN_STEADY_STEPS + 1):
+        before, start = (steps[i - 1][1] if i else train_start), steps[i][0]
+        paused = sum(max(0.0, min(e, start) - max(s, before)) for s, e in pauses)
+        if start - before - paused > threshold:
+            return i
+    return None
 
 
 def train_section(clock: Any, validation_s: float, run: tuple[float, float]) -> dict[str, Any]:
@@ -27,9 +64,14 @@ def train_section(clock: Any, validation_s: float, run: tuple[float, float]) -> 
     }
     if start is None:
         return section
+    steady = steady_start(clock.step_times, clock.pauses, clock.warmup_steps, start)
+    section["queue_steps_excluded"] = 0  # timed steps served by a queue filled before they ran
     if warm_end is not None and clock.steps > clock.warmup_steps:
         images, begin = clock.images - clock.warmup_images, warm_end
         section["warmup_excluded"] = True
+        if steady is not None and steady > clock.warmup_steps:  # the loader's queue drained at `steady`
+            images, begin = sum(clock.step_images[steady:]), clock.step_times[steady - 1][1]
+            section["queue_steps_excluded"] = steady - clock.warmup_steps
     else:  # too few steps to leave warm-up out: say so rather than report nothing
         images, begin = clock.images, start
     paused = sum(max(0.0, min(e, end) - max(s, begin)) for s, e in clock.pauses)
