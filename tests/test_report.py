@@ -4,6 +4,7 @@ compares, what failed and where it ran; all from results.json files, nothing is 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -289,3 +290,25 @@ def test_repeats_that_reach_one_verdict_in_other_figures_show_it_once_and_disagr
         "- **workers=auto** (1 of 2 runs): data-bound: 40% of steady-state time in train_step.",
         "- **workers=auto** (1 of 2 runs): compute-bound: 70% of steady-state time in train_step.",
     ]
+
+
+def test_a_job_folder_name_cut_to_length_is_read_in_full_from_its_hydra_record(tmp_path):
+    from segperf.config import MAX_JOB_DIRNAME, job_dirname
+
+    long = ",".join(f"model.option_{i}=value_{i}" for i in range(12))
+    assert job_dirname(3, "workers=auto") == "3_workers=auto"  # a short name as Hydra makes it
+    names = {job_dirname(0, f"{long},workers={w}") for w in ("off", "auto")}
+    assert len(names) == 2 and all(len(n.encode()) <= MAX_JOB_DIRNAME and re.search(r"~[0-9a-f]{8}$", n) for n in names)
+    # Hydra's own name for these jobs stopped a sweep: "OSError: [Errno 36] File name too long"
+    jobs = {}
+    for num, workers in enumerate(("off", "auto")):
+        listed = f"{long},workers={workers}"
+        jobs[job_dirname(num, listed)] = make_results(2.0 + num, workers=2 * num)
+    root = write_sweep(tmp_path, jobs)
+    for name, workers in zip(jobs, ("off", "auto"), strict=True):
+        (root / name / ".hydra").mkdir()
+        (root / name / ".hydra" / "hydra.yaml").write_text(
+            f"hydra:\n  job:\n    override_dirname: {long},workers={workers}\n"
+        )
+    sweep = load_sweep(root)
+    assert sorted(c.label for c in sweep.configurations()) == ["workers=auto", "workers=off"]

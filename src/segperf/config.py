@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,6 +107,23 @@ def log_interval(images: Any, batch_size: Any) -> Any:
     return min(LOG_EVERY_MAX, max(LOG_EVERY_MIN, steps // LOG_POINTS))
 
 
+# bytes of a sweep job's folder name: file systems take 255, and Hydra and the tools add to paths
+MAX_JOB_DIRNAME = 200
+
+
+def job_dirname(num: Any, overrides: str) -> str:
+    """A sweep job's folder, `<num>_<overrides>` (hydra.sweep.subdir), cut where it would pass
+    MAX_JOB_DIRNAME bytes and ended with `~` and a hash of the whole list, so that two jobs stay
+    apart: with many overrides Hydra's own name stopped a sweep with "OSError: [Errno 36] File name
+    too long". The report reads a cut name's overrides from the job's .hydra/hydra.yaml."""
+    name = f"{num}_{overrides}"
+    if len(name.encode()) <= MAX_JOB_DIRNAME:
+        return name
+    digest = hashlib.sha1(overrides.encode()).hexdigest()[:8]
+    cut = name.encode()[: MAX_JOB_DIRNAME - len(digest) - 1].decode(errors="ignore")
+    return f"{cut}~{digest}"
+
+
 def register_resolvers() -> None:
     """`${cores_per_rank:${trainer.devices}}` (workers=auto, threads=all),
     `${half_cores_per_rank:${trainer.devices}}` (threads=half), `${device_count:...}` and
@@ -125,6 +143,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("segperf_cache_dir", lambda: str(segperf_cache_dir()))
     if not OmegaConf.has_resolver("imagefolder_classes"):  # data.num_classes: the net's head from the folder
         OmegaConf.register_new_resolver("imagefolder_classes", imagefolder_classes)
+    if not OmegaConf.has_resolver("job_dirname"):  # hydra.sweep.subdir, cut to a length file systems take
+        OmegaConf.register_new_resolver("job_dirname", job_dirname)
 
 
 def imagefolder_classes(root: str | None, builtin_classes: int) -> int:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from segperf.report.comparability import describe_machine, differences
 from segperf.report.settings import bare_key, hashable, mark_same_settings, not_applied, setting_name
 from segperf.report.stats import Spread, Stat, spread, summarize
@@ -38,6 +40,20 @@ def get_path(results: dict, dotted: str) -> Any:
             return None
         node = node.get(part)
     return node
+
+
+_CUT = re.compile(r"~[0-9a-f]{8}$")  # a job folder name cut to length (segperf.config.job_dirname)
+
+
+def full_override_dirname(path: Path) -> str | None:
+    """The whole override list of a job whose folder name was cut, from the job's .hydra/hydra.yaml
+    (Hydra writes its `hydra.job.override_dirname` there); None where it cannot be read."""
+    try:
+        hydra = yaml.safe_load((path / ".hydra" / "hydra.yaml").read_text()) or {}
+        value = hydra.get("hydra", {}).get("job", {}).get("override_dirname")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def parse_overrides(text: str) -> list[tuple[str, str]]:
@@ -104,7 +120,9 @@ def read_run(path: Path, job: int) -> Run:
     if status != "completed":
         error = error or results.get("error") or status
     match = _JOB_DIR.match(path.name)
-    overrides = tuple((k, v) for k, v in parse_overrides((match and match[2]) or "") if bare_key(k) not in REPEAT_KEYS)
+    named = full_override_dirname(path) if _CUT.search(path.name) else None
+    named = named if named is not None else (match and match[2]) or ""
+    overrides = tuple((k, v) for k, v in parse_overrides(named) if bare_key(k) not in REPEAT_KEYS)
     axes = results.get("axes") if isinstance(results.get("axes"), dict) else {}
     key = tuple((k, hashable(v)) for k, v in axes.items()) + overrides
     job = int(match[1]) if match else job
