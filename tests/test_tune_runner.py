@@ -782,3 +782,23 @@ def test_the_final_side_by_side_reads_full_runs_so_a_screened_preset_leaves_the_
     assert final_table(result, 0.95)[-1]["images_per_s"]["median"] == 413.5
     final = render({"result": result, "machine": {}}).split("## Final side by side")[1]
     assert "414 [402–426] ×4 (+1 screened out)" in final
+
+
+def test_runs_other_processes_kept_busy_are_counted_and_warned_of_in_the_console_and_the_report(
+    tmp_path, monkeypatch, capsys
+):
+    # a tune beside a test run answered "the start itself" without a word of the load
+    quiet = {"others_cores": 0.01, "steal_cores": 0.0, "cores": 2}
+    busy = {"others_cores": 0.8, "steal_cores": 0.0, "cores": 2}
+    assert not probe_from_results((), run_folder(tmp_path, "0_", results(machine_load=quiet))).busy
+    assert probe_from_results((), run_folder(tmp_path, "1_", results(machine_load=busy))).busy
+    assert not probe_from_results((), run_folder(tmp_path, "2_", results())).busy  # an older record: not known
+    result = fake_result()
+    result.runs, result.busy_runs = 20, 3
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))
+    config = compose_tune(f"hydra.sweep.dir={tmp_path / 'tune'}")
+    finish(result, config, ComposingLoader(), compose_tune().tune, "python -m segperf.tune", [])
+    printed = capsys.readouterr().out
+    assert "segperf.tune: warning: other processes kept the machine busy during 3 of 20 runs" in printed
+    report = (tmp_path / "tune" / "tune_report.md").read_text()
+    assert "- **busy machine**: other processes kept the machine busy during 3 of 20 runs" in report

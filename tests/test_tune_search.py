@@ -835,3 +835,17 @@ def test_a_preset_screened_out_in_the_final_side_by_side_is_not_topped_up_until_
     assert 1 <= len(slow) <= FINAL_GIVE_UP_FAILURES + 2  # its preset rounds, then at most the give-up's
     assert result.elapsed_s < 0.5 * 3600.0 and not result.stopped_by_budget
     assert "workers=auto" in result.best
+
+
+def test_the_result_counts_the_runs_other_processes_kept_busy():
+    workload = Workload({"workers=auto": 1.5}, seed=1)
+    measure = workload.measure
+
+    def half_busy(configs, limit, floor=None):  # every other probe ran beside another's load
+        probes = measure(configs, limit, floor)
+        return [replace(p, busy=i % 2 == 0) for i, p in enumerate(probes)]
+
+    workload.measure = half_busy
+    result = tune(workload, presets={})
+    assert 0 < result.busy_runs < result.runs
+    assert result.to_dict()["busy_runs"] == result.busy_runs

@@ -139,7 +139,7 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     """tuned.yaml (tune folder and cache), tune.json and tune_report.md; the preset's path last."""
     from omegaconf import OmegaConf
 
-    from segperf.tune.report import final_table, ratio_cell, tuned_against_presets, write_report
+    from segperf.tune.report import busy_warning, final_table, ratio_cell, tuned_against_presets, write_report
 
     tune_dir = Path(str(config.hydra.sweep.dir))
     facts = machine_facts()
@@ -181,6 +181,8 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     if failed:
         reason, count = next(iter(result.failures.items()))
         print(f"segperf.tune: warning: {failed} of {result.runs} runs failed; most often ({count}x): {reason}")
+    if result.busy_runs:
+        print(f"segperf.tune: warning: {busy_warning(result.busy_runs, result.runs)}")
     print(f"segperf.tune: report {report}; apply with: {apply_command(command, settings.batch_size)}")
     print(cached)  # the last line: the preset's path (DESIGN.md)
     return result

@@ -35,6 +35,8 @@ class Probe:
     quality_metric: str | None = None
     # the metric is lower-is-better (`mode: min`): `quality` is its value negated
     lower_is_better: bool = False
+    # other processes kept the machine busy while it ran (segperf.report.flags.busy_during)
+    busy: bool = False
     # wall time the probe took, start-up and warm-up included: what it cost of the budget
     wall_s: float = 0.0
     # stopped at the time limit (its images/s are of the steps it finished)

@@ -83,6 +83,17 @@ def final_noise(final: Mapping[str, Any]) -> Noise | None:
     return pooled_noise([rates(full_runs(probes)) for probes in final.values()])
 
 
+def busy_warning(busy: int, runs: Any) -> str:
+    """What a tune measured on a busy machine is worth: its answer may be the draw of another's load
+    (a tune beside a test run answered "the start itself", its fastest preset screened out at 35
+    images/s against 480-567 on a quiet machine)."""
+    return (
+        f"other processes kept the machine busy during {busy} of {runs} runs: their timings are not this "
+        "machine's own, and the tuned configuration may be the draw of that load; run the tune again on a "
+        "quiet machine"
+    )
+
+
 def cost_cell(step: Mapping[str, Any]) -> str:
     """What one decision cost: the probes run for it and their seconds, and the earlier probes it
     decided on as well (`+N reused`: the same runs, measured once)."""
@@ -172,6 +183,8 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     if failures := result.get("failures"):  # absent in a record from before failures were counted
         lines.append(f"- **failed runs: {sum(failures.values())} of {result.get('runs', '?')}**:")
         lines += [f"  - {count}x: {reason}" for reason, count in failures.items()]
+    if busy := result.get("busy_runs"):
+        lines.append(f"- **busy machine**: {busy_warning(busy, result.get('runs', '?'))}")
     if data.get("tuned_yaml"):
         lines += ["", f"`{data['tuned_yaml']}` (`python -m segperf.train +opt=tuned`):", "", "```yaml"]
         lines += [data.get("tuned_text", "").rstrip(), "```"]

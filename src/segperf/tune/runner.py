@@ -33,6 +33,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from segperf.report.flags import busy_during
 from segperf.tune.probe import Config, Probe
 from segperf.tune.space import override_key, without_keys
 
@@ -140,6 +141,7 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
         quality=run_quality(quality),
         quality_metric=quality_metric(quality),
         lower_is_better=lower_is_better(quality),
+        busy=busy_during(results),
         wall_s=float(wall),
         run_dir=str(run_dir),
     )

@@ -158,6 +158,8 @@ class TuneResult:
     # runs that failed, by their one-line reason (each speed and learning run counts once)
     failures: dict[str, int] = field(default_factory=dict)
     runs: int = 0
+    # runs that other processes kept the machine busy during (their timings are not this machine's own)
+    busy_runs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -235,6 +237,7 @@ class Tuner:
             *self._about,
             failures=failures,
             runs=len(probes),
+            busy_runs=sum(1 for p in probes if p.busy),
         )
 
     def _presets(self) -> Config:
