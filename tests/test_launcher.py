@@ -58,8 +58,9 @@ def test_slurm_settings_from_the_command_line_reach_the_launcher():
     launcher = cfg.hydra.launcher
     assert (launcher.partition, launcher.nodes, launcher.timeout_min) == ("gpu", 2, 240)
     assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.cpus_per_task) == (4, 4, 12)
-    # run folders keep their <job>_<override_dirname> names
-    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra.job.num}_${hydra.job.override_dirname}"
+    # run folders keep their <job>_<override_dirname> names (cut to a length file systems take)
+    subdir = "${job_dirname:${hydra.job.num},${hydra.job.override_dirname}}"
+    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == subdir
 
 
 def test_slurm_sweep_submits_an_sbatch_script_with_the_settings(tmp_path, monkeypatch):
