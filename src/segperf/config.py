@@ -107,8 +107,8 @@ def log_interval(images: Any, batch_size: Any) -> Any:
     return min(LOG_EVERY_MAX, max(LOG_EVERY_MIN, steps // LOG_POINTS))
 
 
-# bytes of a sweep job's folder name: file systems take 255, and Hydra and the tools add to paths
-MAX_JOB_DIRNAME = 200
+# bytes of a sweep job's folder name: most file systems take 255 (NAME_MAX); a little room kept
+MAX_JOB_DIRNAME = 250
 
 
 def job_dirname(num: Any, overrides: str) -> str:
