@@ -63,3 +63,12 @@ def test_a_validation_pause_is_not_a_wait_and_too_few_steps_after_a_wait_keep_th
     assert steady_start(run.step_times, [], 2, 0.0) == 6  # the same gap, not a pause: a wait
     # a wait with two steps after it: too few to time, the warm-up's end stays the start
     assert steady_start(clock(0.1, [0.5, 0, 0, 0, 0, 0, 0.1, 0]).step_times, [], 2, 0.0) is None
+
+
+def test_one_late_stall_of_a_run_that_was_fed_is_not_a_queue_draining():
+    # fed for 16 of 20 timed steps, then one long wait (a GC pause, a slow file): the run keeps its steps
+    gaps = [0.5, 0.0] + [0.001] * 16 + [0.3] + [0.001] * 3
+    run = clock(0.1, gaps)
+    assert steady_start(run.step_times, [], 2, 0.0) is None
+    section = train_section(run, 0.0, (0.0, run.marks["train_end"]))
+    assert section["queue_steps_excluded"] == 0 and section["images_per_s"] > 200

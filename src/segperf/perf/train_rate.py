@@ -6,13 +6,13 @@ rate is the same with the measurement on or off (`perf.measure=false` keeps only
 The rate is of the steady state. A DataLoader with workers starts with its queue full (workers x
 prefetch_factor batches, made while the run set up), so after warm-up the first steps take their
 batches at the net's speed even where the loader is slower; only once the queue has drained does
-each step wait for its batch. With the loader at half the net's speed, 2 workers x 4 batches serve
-the first 16 steps after warm-up at the net's speed: an 8-step tune probe measured the net, not
-the loader (an outside model's tune claimed 2.91x where three full runs a side measured 2.14x).
-So the rate starts at the first step after warm-up that waited for its batch (starved, as
-segperf.perf.jitter counts it, from the gap between one step's end and the next one's start,
-validation pauses left out), where one did and enough steps follow it; a run that never waited
-(compute-bound, its queue always full) is timed from the end of warm-up, as before.
+each step wait for its batch. With the loader at half the net's speed, 2 workers x 4 batches would
+serve the first 16 steps after warm-up at the net's speed, and a short run would time the net, not
+the loader. So the rate starts at the first step after warm-up that waited for its batch (starved,
+as segperf.perf.jitter counts it, from the gap between one step's end and the next one's start,
+validation pauses left out), where one did within the first half of the timed steps; a run that
+did not (compute-bound, its queue always full, or one late stall) is timed from the end of warm-up,
+as before. Why by hand: Lightning's ThroughputMonitor times every step it is given.
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ def steady_start(
     steps: Sequence[tuple[float, float]], pauses: Sequence[tuple[float, float]], warmup_steps: int, train_start: float
 ) -> int | None:
     """The index of the first step after warm-up that waited for its batch longer than
-    STARVED_FRACTION of the median step, None when none did or fewer than MIN_STEADY_STEPS steps
-    are left from it (see the module docstring). The gap before a step is the time since the
+    STARVED_FRACTION of the median step, within the first half of the timed steps (a later stall
+    is not a queue draining: it would throw most of a run away), None when none did or fewer than
+    MIN_STEADY_STEPS steps are left from it (see the module docstring). The gap before a step is the time since the
     previous step ended (the first: since training started), less the validation pauses in between."""
     timed = [end - start for start, end in steps[warmup_steps:]]
     if len(timed) < MIN_STEADY_STEPS:
         return None
     threshold = STARVED_FRACTION * statistics.median(timed)
-    for i in range(warmup_steps, len(steps) - MIN_STEADY_STEPS + 1):
+    for i in range(warmup_steps, min(warmup_steps + len(timed) // 2, len(steps) - MIN_STEADY_STEPS) + 1):
         before, start = (steps[i - 1][1] if i else train_start), steps[i][0]
         paused = sum(max(0.0, min(e, start) - max(s, before)) for s, e in pauses)
         if start - before - paused > threshold:
