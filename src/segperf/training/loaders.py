@@ -128,25 +128,20 @@ def rebuild(loader: Any, settings: LoaderSettings, name: str, own_workers: int |
         new = ThreadPrefetchLoader(new, settings.prefetch_factor)
         after["prefetch_factor"] = settings.prefetch_factor
     changed = {key: {"from": before[key], "to": after[key]} for key in before if before[key] != after[key]}
-    return Rebuilt(new, changed, not_applied, kept_parts(loader))
+    return Rebuilt(new, changed, not_applied, kept_parts(loader.dataset, options))
 
 
-def kept_parts(loader: DataLoader) -> dict[str, str]:
-    """The user's parts the rebuilt loader keeps, by name, so the record shows them (an outside user
-    checked by hand that their WeightedRandomSampler and collate function survived): the dataset,
-    its sampler or batch sampler (an IterableDataset has none), the collate function and the worker hook."""
+def kept_parts(dataset: Any, options: dict[str, Any]) -> dict[str, str]:
+    """The user's parts the rebuilt loader keeps, by name, read from the options it was built with
+    (so the record shows them: an outside user checked by hand that their WeightedRandomSampler and
+    collate function survived): the dataset, its sampler or batch sampler (an IterableDataset has
+    none), the collate function and the worker hook."""
 
     def name(part: Any) -> str:
         return getattr(part, "__qualname__", None) or type(part).__qualname__
 
-    parts = {"dataset": name(loader.dataset)}
-    if not isinstance(loader.dataset, IterableDataset):
-        own_batches = loader.batch_size is None and not isinstance(loader.batch_sampler, BatchSampler)
-        parts |= {"batch_sampler": name(loader.batch_sampler)} if own_batches else {"sampler": name(loader.sampler)}
-    parts["collate_fn"] = name(loader.collate_fn)
-    if loader.worker_init_fn is not None:
-        parts["worker_init_fn"] = name(loader.worker_init_fn)
-    return parts
+    parts = ("batch_sampler", "sampler", "collate_fn", "worker_init_fn")
+    return {"dataset": name(dataset)} | {key: name(options[key]) for key in parts if options.get(key) is not None}
 
 
 def _settings_of(loader: DataLoader) -> dict[str, Any]:
