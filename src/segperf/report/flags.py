@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from segperf.perf.formatting import fmt_num
@@ -87,21 +88,6 @@ def _cores(run: Run) -> float | None:
     return next((n for value in recorded if (n := _number(value))), None)
 
 
-def busy_threshold(cores: float) -> float:
-    """The cores other processes (and a VM's steal) may keep busy during a run before it counts as busy."""
-    return max(BUSY_RUN_SHARE * cores, BUSY_RUN_FLOOR)
-
-
-def busy_during(results: dict[str, Any]) -> bool:
-    """Whether a run's results.json says other processes kept the machine busy while it ran
-    (`machine_load.others_cores` + `steal_cores` over busy_threshold), as run_load judges it."""
-    load = results.get("machine_load") if isinstance(results.get("machine_load"), dict) else {}
-    others, cores = _number(load.get("others_cores")), _number(load.get("cores"))
-    if others is None or not cores:
-        return False
-    return others + (_number(load.get("steal_cores")) or 0.0) > busy_threshold(cores)
-
-
 def run_load(run: Run, previous: Run | None) -> dict[str, Any] | None:
     """How busy the machine was around `run`: the cores other processes used (`others`), the
     threshold and whether it was over it, and how that was known (`measured`: during the run, or
@@ -117,7 +103,7 @@ def run_load(run: Run, previous: Run | None) -> dict[str, Any] | None:
     others = _number(load.get("others_cores"))
     if others is not None and cores:
         others += _number(load.get("steal_cores")) or 0.0
-        threshold = busy_threshold(cores)
+        threshold = max(BUSY_RUN_SHARE * cores, BUSY_RUN_FLOOR)
         return {
             "measured": "during the run",
             "others": others,
@@ -152,6 +138,11 @@ def measured_busy(run: Run) -> bool:
     fact about the run, unlike the load-average estimate of older records, which is not used here."""
     load = run_load(run, None)
     return bool(load and load["measured"] == "during the run" and load["busy"])
+
+
+def busy_during(results: dict[str, Any]) -> bool:
+    """measured_busy for a results.json read elsewhere (the tuner reads each probe's)."""
+    return measured_busy(Run(Path(), 0, "", str(results.get("status")), None, results, ()))
 
 
 def busy_runs(sweep: Sweep) -> dict[int, dict[str, Any]]:
