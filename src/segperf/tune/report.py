@@ -17,6 +17,7 @@ from typing import Any
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
 from segperf.report.stats import Noise, compare_throughput, pooled_noise, summarize
+from segperf.tune.journal import probe_from_dict
 from segperf.tune.space import without_keys
 
 VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
@@ -250,7 +251,7 @@ def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> st
     for probe in check.get("probes") or []:
         key = _unseeded(probe.get("config") or [])
         runs = [probe, *([confirmations[key]] if key in confirmations else [])]
-        qualities = [_as_logged(p) for p in runs]
+        qualities = [probe_from_dict(p).metric_value for p in runs]  # as logged, not negated
         mean = sum(qualities) / 2 if len(runs) == 2 and None not in qualities else None
         seeded = [fmt_num(qualities[1]) if len(runs) == 2 else "", fmt_num(mean) if mean is not None else ""]
         rows.append(
@@ -271,12 +272,6 @@ def quality_section(check: Mapping[str, Any] | None, start: Sequence[str]) -> st
         ]
     numbers = set(range(1, len(headers) - 3))
     return "\n".join([*lines, *(md_table(headers, rows, numbers) if rows else [])])
-
-
-def _as_logged(probe: Mapping[str, Any]) -> float | None:
-    """A learning run's quality as the run logged it (the guard negates a lower-is-better metric)."""
-    quality = probe.get("quality")
-    return -quality if quality is not None and probe.get("lower_is_better") else quality
 
 
 def _metric_cell(probe: Mapping[str, Any]) -> str:
