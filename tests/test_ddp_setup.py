@@ -17,6 +17,7 @@ from segperf.data.carvana.datamodule import CarvanaDataModule
 from segperf.errors import DataSizeError
 from segperf.schema import check_settings
 from tests.conftest import MNIST_TINY, compose_config
+from tests.extras import needs_extra
 
 
 # -- the config -----------------------------------------------------------------------------
@@ -150,7 +151,9 @@ def test_the_scaling_out_pages_commands_compose_with_matching_ddp_and_slurm_sett
 
     commands = scaling_out_commands()
     assert len(commands) == 4  # one node with N GPUs, the CPU, several nodes under SLURM, a SLURM sweep
-    for args in commands:
+    for args in sorted(commands, key=lambda args: "hydra/launcher=slurm" in args):  # SLURM's last
+        if "hydra/launcher=slurm" in args:
+            needs_extra("slurm")  # the launcher's config is the plugin's
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=first_of_each_sweep(args), return_hydra_config=True)
         assert cfg.trainer.strategy == "ddp"

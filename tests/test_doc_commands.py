@@ -25,6 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from segperf.config import CONFIG_DIR
 from tests.conftest import REPO
 from tests.doc_commands import DocCommand, all_commands
+from tests.extras import needs_extra
 
 # A command starting with one of these is not run or composed here; the reason says why, and a
 # "tests/<file>.py::<test>" in it names the test that runs it (checked to exist).
@@ -245,6 +246,8 @@ def test_every_command_the_docs_show_composes_or_is_allowed_with_a_reason(
     if (why := allowed_reason(command)) is not None:
         assert len(why) > 20, command
         return
+    if "hydra/launcher=slurm" in command.text:
+        needs_extra("slurm")  # the launcher's config is the plugin's
     check(command, tiny_data, monkeypatch)
 
 

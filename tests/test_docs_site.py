@@ -15,6 +15,7 @@ import pytest
 
 from segperf.config import TRAINING_AXIS_KEYS
 from tests.conftest import REPO
+from tests.extras import needs_extra
 
 README = REPO / "README.md"
 # Link targets in Markdown: [text](target) and ![alt](target)
@@ -27,6 +28,7 @@ TABLES_KEPT = {"docs/RELIABILITY.md", "docs/GPU.md", "docs/BENCHMARKS.md"}
 def github_anchors(page: Path) -> set[str]:
     """The anchors GitHub (and the site: mkdocs.yml's toc slugify is the same) gives the
     headings of `page`: lower case, punctuation dropped, each space a hyphen."""
+    needs_extra("docs")  # pymdownx: the site's own slugify
     from pymdownx.slugs import slugify
 
     slug = slugify(case="lower")
@@ -44,6 +46,7 @@ def github_anchors(page: Path) -> set[str]:
 def test_the_site_builds_with_strict_checks(tmp_path):
     """`make docs` as CI has it: a broken link or anchor between pages, a page missing from the
     nav, or a missing image stops the build."""
+    needs_extra("docs")
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(

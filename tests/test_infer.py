@@ -21,6 +21,7 @@ from segperf.inference.runtimes import OnnxRuntime, TorchRuntime
 from segperf.model.unet import UNet
 from segperf.training.run import train
 from tests.conftest import TINY, compose_config
+from tests.extras import needs_extra
 
 # reduced-precision weights must keep this share of fp32's pixel predictions
 MIN_AGREEMENT = 0.98
@@ -262,8 +263,7 @@ def test_a_runtime_config_without_a_target_is_refused_in_one_line(short_run, tmp
 
 @pytest.mark.slow
 def test_onnxruntime_exports_the_model_and_agrees_with_torch(tiny_run, tmp_path):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
+    needs_extra("onnx")
     settings = ["memory_format=channels_last", "compile=on"]  # neither applies to onnxruntime: said, recorded
     results = run(tmp_path, f"run_dir={tiny_run}", "runtime=onnxruntime", *settings, *SMALL)
     assert results["status"] == "completed" and results["axes"]["runtime"] == "onnxruntime"

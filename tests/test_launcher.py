@@ -16,8 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from segperf.config import CONFIG_DIR
 from tests.conftest import TINY, run_cli
+from tests.extras import needs_extra
 
-pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the `slurm` extra is not installed")
+needs_extra("slurm")
 import submitit  # noqa: E402
 
 

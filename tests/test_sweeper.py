@@ -10,6 +10,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.segperf_sweeper.segperf_sweeper import SegperfSweeper, slowest_first
 from segperf.config import CONFIG_DIR
 from tests.conftest import MNIST_TINY, run_cli
+from tests.extras import needs_extra
 
 
 def jobs_of(*arguments: str, max_batch_size=None, slowest=("repeat",)) -> list[list[list[str]]]:
@@ -69,6 +70,7 @@ def test_slowest_first_orders_several_keys_in_the_given_order():
 
 
 def test_train_sweeps_with_the_segperf_sweeper_by_default_and_the_launcher_stays_pluggable():
+    needs_extra("slurm")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         default = compose(config_name="train", return_hydra_config=True)
         slurm = compose(config_name="train", overrides=["hydra/launcher=slurm"], return_hydra_config=True)

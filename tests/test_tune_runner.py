@@ -26,6 +26,7 @@ from segperf.tune.report import final_table, render, tuned_against_presets
 from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
 from segperf.tune.search import QualityCheck, Step, TuneResult
 from tests.conftest import REPO
+from tests.extras import needs_extra
 
 PIN_REASON = "no CUDA device: pinned memory only speeds up host-to-GPU copies"
 SPEED_PROBE = {"steps": 8, "val_images": 4, "overrides": ["perf.peak_probe=false", "~callbacks.last_checkpoint"]}
@@ -486,6 +487,7 @@ def test_bad_tune_settings_and_sweeps_are_one_line_each_before_any_probe(tmp_pat
 
 
 def test_the_command_to_continue_keeps_the_launcher_and_the_overrides():
+    needs_extra("slurm")
     config = compose_tune("hydra/launcher=slurm", "hydra.sweep.dir=multirun/t", "pin=on")
     assert cli.command(config, ["pin=on", "data.root=/my data"]) == (
         "python -m segperf.tune pin=on 'data.root=/my data' hydra/launcher=slurm"
