@@ -24,6 +24,7 @@ from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.hook_state import PlainHookState
 from segperf.model.module import MemoryFormat, SegmentationModule
 from segperf.model.step_logging import TrainLossLogging
+from segperf.quality import Quality
 
 SIDE = 28  # MNIST's image side
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the usual Normalize((0.1307,), (0.3081,)) of MNIST scripts
@@ -105,8 +106,8 @@ class ClassificationModule(PlainHookState, ValidationHistory, TrainLossLogging, 
     conversion, the layout and the normalization by `mean` and `std` (per channel, in 0-1 units;
     MNIST's usual 0.1307 / 0.3081 by default) happen on the device, in `on_after_batch_transfer`."""
 
-    # what train.py copies from the logged metrics into results.json's `quality` (+ val/top5_accuracy)
-    quality_metrics: tuple[str, ...] = ("val/accuracy", "val/loss")
+    # the run's quality: what the report, the tuner's guard and infer judge it by (segperf.quality)
+    quality = Quality("val/accuracy", "max", label="val accuracy")
     # the U-Net module's eager fallback when torch.compile fails at its first call (shared, not copied)
     forward = SegmentationModule.forward
     _fall_back_to_eager = SegmentationModule._fall_back_to_eager
@@ -138,8 +139,6 @@ class ClassificationModule(PlainHookState, ValidationHistory, TrainLossLogging, 
         self.val_accuracy = MulticlassAccuracy(num_classes, average="micro")
         top5 = top5 and num_classes > TOP_K
         self.val_top5 = MulticlassAccuracy(num_classes, top_k=TOP_K, average="micro") if top5 else None
-        if self.val_top5 is not None:
-            self.quality_metrics = (*type(self).quality_metrics, "val/top5_accuracy")
         self.val_loss = MeanMetric()  # weighted by batch size
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):

@@ -1,7 +1,7 @@
 """What the LightningModules share: each validation's quality, first to last, and the optimizer.
 
-`ValidationHistory` keeps one entry per validation (`{"step": 12, "val_dice": 0.41, ...}`, the
-module's `quality_metrics`), in checkpoints too, so a resumed run still knows its first
+`ValidationHistory` keeps one entry per validation (`{"step": 12, "val_dice": 0.41, ...}`, every
+metric the module logs in validation), in checkpoints too, so a resumed run still knows its first
 validation. results.json's `quality.val_history` and summary.txt's "first -> last" line come from
 it: a run says how far quality came, not only where it ended.
 
@@ -22,8 +22,6 @@ import torch
 
 class ValidationHistory:
     """Mixin (before `L.LightningModule`): `remember_validation(metrics)` at each validation's end."""
-
-    quality_metrics: tuple[str, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

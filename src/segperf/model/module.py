@@ -19,6 +19,7 @@ from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.hook_state import PlainHookState
 from segperf.model.step_logging import TrainLossLogging
 from segperf.model.unet import UNet
+from segperf.quality import Quality
 
 MemoryFormat = Literal["nchw", "channels_last"]
 
@@ -33,8 +34,8 @@ class SegmentationModule(PlainHookState, ValidationHistory, TrainLossLogging, L.
     conversion and the memory-layout choice happen on the device, in `on_after_batch_transfer`.
     """
 
-    # what results.json's `quality` holds, and each validation's entry of `quality.val_history`
-    quality_metrics = ("val/pixel_accuracy", "val/dice", "val/loss")
+    # the run's quality: what the report, the tuner's guard and infer judge it by (segperf.quality)
+    quality = Quality("val/dice", "max", label="val Dice")
 
     def __init__(
         self,

@@ -10,26 +10,14 @@ column and the tuner's quality guard read, and whether higher (max) or lower (mi
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import lightning as L
 import torch
 
-# a validation metric's name starts with one of these words ("val_acc", "val/loss", "valid-f1")
-_VALIDATION_NAME = re.compile(r"^(val|valid|validation)([/_.\-]|$)", re.IGNORECASE)
-
-
-def is_validation_metric(name: str) -> bool:
-    """Lightning keeps no record of which hook logged a metric in its public API, but validation
-    metrics are named for it by near-universal convention (Lightning's own docs: "val_loss")."""
-    return bool(_VALIDATION_NAME.match(name))
-
-
-def results_key(name: str) -> str:
-    """A logged metric's key in results.json: `val/acc` (Lightning's and TensorBoard's grouping
-    separator) is `val_acc` there, as segperf's own workloads' `val/dice` is `val_dice`."""
-    return name.replace("/", "_")
+# what validation logged and how results.json names it: the one place that also says which is the quality
+from segperf.quality import Quality, as_quality, default, is_validation_metric, results_key
+from segperf.quality import default_metric as default_metric
 
 
 class ValidationMetrics(L.Callback):
@@ -56,21 +44,9 @@ class ValidationMetrics(L.Callback):
         self.history = [dict(entry) for entry in state_dict.get("history", [])]
 
 
-def default_metric(names: list[str]) -> tuple[str | None, str]:
-    """The quality a run is judged by when the model's config does not say: an accuracy-like
-    metric (higher is better), else a loss (lower is better), else the first one logged."""
-    for name in names:
-        if "acc" in name.lower():
-            return name, "max"
-    for name in names:
-        if "loss" in name.lower():
-            return name, "min"
-    return (names[0], "max") if names else (None, "max")
-
-
-def quality_section(history: list[dict[str, float]], chosen: dict[str, Any] | None) -> dict[str, Any]:
-    """results.json's `quality` from a ValidationMetrics history and the model config's
-    `quality: {metric, mode}` (None: the default_metric rule)."""
+def quality_section(history: list[dict[str, float]], chosen: Quality | dict[str, Any] | None) -> dict[str, Any]:
+    """results.json's `quality` from a validation history (ValidationMetrics', or a segperf
+    module's own) and the declared quality (segperf.quality.declared; None: the default rule)."""
     if not history:
         return {}
     last, first = history[-1], history[0]
@@ -78,8 +54,5 @@ def quality_section(history: list[dict[str, float]], chosen: dict[str, Any] | No
     section: dict[str, Any] = {name: last[name] for name in names}
     section |= {f"first_{name}": first[name] for name in names if name in first}
     section["val_history"] = history
-    metric, mode = default_metric(names)
-    if chosen:  # as logged (`val/acc`, say): read under its results.json key
-        metric, mode = results_key(chosen.get("metric") or metric), chosen.get("mode") or mode
-    section["metric"], section["mode"] = metric, mode
-    return section
+    quality = as_quality(chosen) or default(names)
+    return section | (quality.record() if quality is not None else {})

@@ -17,21 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.callbacks import InterruptCheckpoint, PerfMonitor, Terminated, TerminateOutsideTraining
 from segperf.config import TRAINING_AXIS_KEYS, plain_config
+from segperf.data.filechecks import write_bad_files
 from segperf.data.skips import warnings_line
 from segperf.errors import explain, is_worker_error
 from segperf.perf.machine_load import load_at_end, load_at_start
 from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
 from segperf.perf.summary import NOT_TRAINED, format_not_trained, format_run_summary
+from segperf.quality import as_quality, declared, metric_names, of_results
 from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
-from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed, log_ranks
-from segperf.training.quality import ValidationMetrics, quality_section, results_key
+from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed
+from segperf.training.quality import ValidationMetrics, quality_section
 from segperf.training.resume import resume_checkpoint, resume_command
 
 # runs started in this process so far: Hydra's basic launcher runs a sweep's jobs one after another
@@ -80,6 +81,8 @@ class RunRecord:
         """The run's callbacks; the SIGTERM guard among them is armed from now until the end."""
         self.callbacks = callbacks
         self.monitor = next((c for c in callbacks if isinstance(c, PerfMonitor)), None)
+        if self.monitor is not None:
+            self.monitor._writes_files = False  # this record writes the run's files, after its last validation
         for callback in callbacks:
             if isinstance(callback, TerminateOutsideTraining):
                 callback.install()
@@ -127,7 +130,7 @@ class RunRecord:
             if hasattr(callback, "record"):
                 callback.record(results)
         self._fill_in()
-        self._write()
+        self._write(error)
         self._close_loggers()
         # Lightning turns a handled Ctrl-C into SystemExit: the run is recorded, nothing to raise
         return isinstance(error, SystemExit) and stopped_by is not None
@@ -178,32 +181,26 @@ class RunRecord:
             results["resume_command"] = resume_command(self.run_dir)
         results["device"] = str(trainer.strategy.root_device)
         results["precision"] = trainer.precision
-        metrics = trainer.callback_metrics
-        if not hasattr(module, "quality_metrics"):  # a user's module: whatever it logged in validation
-            self._user_quality()
-            return
-        names = module.quality_metrics  # the U-Net's val/pixel_accuracy, val/dice, val/loss; the CNN's ...
-        results["quality"] = {results_key(name): _item(metrics.get(name)) for name in names}
-        # how far quality came: the first validation's values beside the last's, and each validation's
-        history = getattr(module, "val_history", None)
-        if history:
-            results["quality"] |= {f"first_{key}": value for key, value in history[0].items() if key != "step"}
-            results["quality"]["val_history"] = history
+        self._quality(module)
 
-    def _user_quality(self) -> None:
-        """results.json's `quality` from the ValidationMetrics callback, with the metric the report and
-        the tuner read (the model config's `quality`, else segperf.training.quality.default_metric)."""
-        recorder = next((c for c in self.callbacks if isinstance(c, ValidationMetrics)), None)
+    def _quality(self, module: L.LightningModule | None) -> None:
+        """results.json's `quality`: each validation's metrics (segperf's own modules keep their
+        history, segperf.model.history; a user's is the ValidationMetrics callback's) and the one
+        the report and the tuner judge the run by, as declared (segperf.quality.declared: the model
+        config's `quality`, else the module's own), else the default rule, said in a notice."""
+        history = getattr(module, "val_history", None)
+        if history is None:
+            recorder = next((c for c in self.callbacks if isinstance(c, ValidationMetrics)), None)
+            history = recorder.history if recorder else []
         choice = self.workload.quality_choice if self.workload is not None else None
-        self.results["quality"] = quality_section(recorder.history if recorder else [], choice)
-        metric = (choice or {}).get("metric")
-        if metric and self.results["quality"] and results_key(metric) not in self.results["quality"]:
-            logged = ", ".join(k for k in self.results["quality"] if k.startswith("val") and k != "val_history")
-            self.notice(
-                f"model.quality.metric={metric}: the module logged no such validation metric (it logged {logged})"
-            )
-        elif not metric and self.results["quality"].get("metric"):
-            section = self.results["quality"]
+        chosen = declared(module, choice)
+        section = self.results["quality"] = quality_section(history, chosen)
+        if chosen is not None and section and chosen.key not in section:
+            logged = ", ".join(metric_names(section))
+            named_in_config = as_quality(choice) is not None
+            where = f"model.quality.metric={chosen.metric}" if named_in_config else f"{type(module).__name__}.quality"
+            self.notice(f"{where}: the module logged no such validation metric (it logged {logged})")
+        elif chosen is None and section.get("metric"):
             direction = "lower" if section["mode"] == "min" else "higher"
             self.notice(
                 f"quality: the model config names no quality.metric, so the report and the tuner judge this run by "
@@ -235,13 +232,14 @@ class RunRecord:
         if line := warnings_line(warned):
             self.notice(f"while loading, {line}")
 
-    def _write(self) -> None:
+    def _write(self, error: BaseException | None = None) -> None:
         """One run, one record: under DDP every rank runs train() and sends its row to rank 0,
-        which alone writes results.json, summary.txt and the run's last TensorBoard entries."""
+        which alone writes results.json, summary.txt, bad_files.txt (every bad file of the data,
+        also of a check that stopped the run with `error`) and the run's last TensorBoard entries."""
         results, trainer = self.results, self.trainer
         if trainer is not None and trainer.world_size > 1 and results["status"] == "completed" and is_distributed():
             try:
-                gather_ranks(results, trainer)
+                gather_ranks(results, trainer, self.monitor.step_parts() if self.monitor is not None else None)
             except Exception as error:  # a rank gone: keep rank 0's own record
                 self.notice(f"per-rank measurement not gathered ({type(error).__name__}: {error})")
         self._job.close()
@@ -249,7 +247,7 @@ class RunRecord:
             return
         if trainer is not None:
             log_hparams(trainer, results)
-            log_ranks(trainer, results)
+        write_bad_files(self.run_dir, results["dataset"], error)  # before results.json: it completes dataset
         write_json_atomic(self.run_dir / "results.json", results)
         if self.never_trained:  # the error says what stopped it; no tables about a run that never ran
             write_text_atomic(self.run_dir / "summary.txt", format_not_trained(results))
@@ -269,18 +267,16 @@ def axis_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:
     """Axis settings with the run's outcome, once at the end, for TensorBoard's HParams view."""
+    quality = results["quality"]
+    judged = of_results(quality)
+    names = sorted(metric_names(quality), key=lambda name: judged is None or name != judged.key)
     metrics = {
         "hp/images_per_s": results["train"].get("images_per_s"),
-        "hp/val_dice": results["quality"].get("val_dice"),
-        "hp/val_pixel_accuracy": results["quality"].get("val_pixel_accuracy"),
-        "hp/val_accuracy": results["quality"].get("val_accuracy"),
+        # every validation metric under its own name (the U-Net's hp/val_dice ...), the judged one first
+        **{f"hp/{name}": quality.get(name) for name in names},
         "hp/data_wait_fraction": (results.get("phases") or {}).get("data_wait", {}).get("fraction"),
     }
     params = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in results["axes"].items()}
     for logger in trainer.loggers:
         logger.log_hyperparams(params, {k: v for k, v in metrics.items() if v is not None})
         logger.save()
-
-
-def _item(value: Any) -> float | None:
-    return None if value is None else float(value.item() if isinstance(value, torch.Tensor) else value)
