@@ -26,8 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from segperf.inference.checkpoint import InferenceError
+from segperf.quality import choose, declared, of_results
 from segperf.training.loaders import LoaderSettings, rebuild
-from segperf.training.quality import default_metric
 from segperf.training.workload import (
     PLAIN,
     USER_DATA_KEYS,
@@ -193,13 +193,8 @@ class FirstBatches:
 
 
 def quality_choice(workload: InferenceWorkload, train_quality: dict[str, Any], names: list[str]) -> tuple[str, str]:
-    """The metric the run is judged by: the training run's (`quality.metric`/`mode` of its
-    results.json), the model config's `quality`, else Dice or accuracy, else the rule training uses."""
-    for chosen in (train_quality, workload.quality_choice or {}):
-        if chosen.get("metric") in names:
-            return chosen["metric"], chosen.get("mode") or "max"
-    for name in ("val_dice", "val_accuracy"):
-        if name in names:
-            return name, "max"
-    metric, mode = default_metric(names)
-    return metric or "", mode
+    """The metric the run is judged by (segperf.quality): the training run's (its results.json),
+    the model config's or the module's declaration, else the rule training uses; among `names`."""
+    train = of_results(train_quality) if train_quality else None
+    judged = choose(names, train, declared(workload.module, workload.quality_choice))
+    return (judged.key, judged.mode) if judged is not None else ("", "max")

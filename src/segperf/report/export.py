@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from segperf.perf.results import write_json_atomic
+from segperf.quality import metric_names
 from segperf.report import flags as warn
 from segperf.report.decide import RULE, THROUGHPUT, baseline_of, decide, sweep_noise
 from segperf.report.mfu import mfu_summary
@@ -20,7 +21,8 @@ from segperf.report.stats import LEVEL, MIN_RUNS
 from segperf.report.sweep import Configuration, Sweep
 
 INFERENCE_THROUGHPUT = "inference.end_to_end_images_per_s"
-QUALITY_KEYS = ("val_dice", "val_pixel_accuracy", "val_accuracy", "agreement_vs_fp32", "dice_vs_fp32")
+# an inference run's agreement with the fp32 module, reported beside the validation metrics
+FP32_COMPARISONS = ("agreement_vs_fp32", "dice_vs_fp32")
 
 
 def _stat(config: Configuration, path: str) -> dict[str, float | None]:
@@ -43,7 +45,8 @@ def _quality(config: Configuration, baseline: Configuration | None, metric: str,
         "runs": main.n,
         "worse_than_baseline": warn.quality_fell(config, baseline, metric, mode),
     }
-    for key in QUALITY_KEYS:
+    logged = dict.fromkeys(name for r in config.ok_runs for name in metric_names(r.get("quality") or {}))
+    for key in [*logged, *FP32_COMPARISONS]:  # each under its own name (the U-Net's val_dice, val_pixel_accuracy)
         if config.stat(f"quality.{key}").n:
             quality[key] = {k: v for k, v in _stat(config, f"quality.{key}").items() if k in ("median", "min", "max")}
     return quality

@@ -16,7 +16,8 @@ what it seems to.
   (1.4826·MAD, at least OUTLIER_FLOOR of the median: two or three repeats cannot estimate a
   spread) from the median of its configuration's other completed runs (hyperfine's "first run
   much slower" check, on a modified z-score).
-- **Quality fell**: a configuration whose quality (Dice, or accuracy for the classifier) is lower
+- **Quality fell**: a configuration whose quality (the metric its runs are judged by,
+  segperf.quality: Dice for the U-Net, accuracy for the classifier) is worse
   than the baseline's beyond the spread across seeds (two or more seeds a side), by the speed-ups'
   rule (Welch, LEVEL, here on the values themselves), and by at least QUALITY_FLOOR.
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from segperf.perf.formatting import fmt_num
+from segperf.quality import Quality, of_results
 from segperf.report.stats import LEVEL, MIN_RUNS, present_numbers, welch
 from segperf.report.sweep import Configuration, Run, Sweep
 
@@ -40,6 +42,8 @@ BUSY_SHARE, BUSY_MARGIN = 0.5, 0.5  # estimated from the load average at the sta
 OUTLIER_Z, OUTLIER_FLOOR = 3.5, 0.03
 QUALITY_FLOOR = 0.005
 LOAD_TIME_CONSTANT_S = 60.0  # the kernel's 1-minute load average
+# a sweep none of whose runs logged a validation metric: its quality column is n/a throughout
+NO_QUALITY = Quality("quality", "max", label="quality")
 
 
 @dataclass(frozen=True)
@@ -53,24 +57,24 @@ class Flag:
     detail: dict | None = None  # a busy run's run_load
 
 
+def sweep_quality(configs: list[Configuration]) -> Quality:
+    """The quality a sweep is judged by: the one its runs recorded (segperf.quality.of_results:
+    the U-Net's val Dice, the classifier's val accuracy, what a user's module or model config
+    declared), the first completed run's that has one."""
+    judged = (of_results(r.get("quality")) for c in configs for r in c.ok_runs)
+    return next((q for q in judged if q is not None), NO_QUALITY)
+
+
 def quality_metric(configs: list[Configuration]) -> tuple[str, str]:
-    """The quality a sweep is judged by: val Dice for the U-Net, val accuracy for the CPU study's
-    classifier (it has no Dice), or the metric a user's module was judged by (results.json
-    `quality.metric`): (results path, name)."""
-    named = next((r.get("quality.metric") for c in configs for r in c.ok_runs if r.get("quality.metric")), None)
-    if named:
-        return f"quality.{named}", named
-    has = {path: any(c.stat(path).n for c in configs) for path in ("quality.val_accuracy", "quality.val_dice")}
-    if has["quality.val_accuracy"] and not has["quality.val_dice"]:
-        return "quality.val_accuracy", "val accuracy"
-    return "quality.val_dice", "val Dice"
+    """(results path, name) of the sweep's quality (sweep_quality)."""
+    quality = sweep_quality(configs)
+    return f"quality.{quality.key}", quality.name
 
 
 def quality_mode(configs: list[Configuration]) -> str:
     """Whether the sweep's quality is higher-is-better ("max": Dice, accuracy) or lower-is-better
-    ("min": a loss or an error a user's module was judged by, results.json `quality.mode`)."""
-    mode = next((r.get("quality.mode") for c in configs for r in c.ok_runs if r.get("quality.metric")), None)
-    return "min" if mode == "min" else "max"
+    ("min": a loss or an error)."""
+    return sweep_quality(configs).mode
 
 
 def worse_word(mode: str) -> str:

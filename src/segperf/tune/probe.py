@@ -28,10 +28,10 @@ class Probe:
     # settings the machine could not honour: `key: reason` for each `adjusted` entry whose
     # used value differs from the requested one (results.json `adjusted.<key>`); empty = applied
     not_applied: tuple[str, ...] = ()
-    # the run's quality, higher is better (val Dice for segmentation, val accuracy for classification,
-    # a user's quality.metric; negated where its mode is min), if measured
+    # the run's quality, higher is better (the metric it is judged by, segperf.quality.of_results;
+    # negated where its mode is min), if measured
     quality: float | None = None
-    # which results.json metric that is (quality.metric, else val_dice / val_accuracy)
+    # which results.json metric that is
     quality_metric: str | None = None
     # the metric is lower-is-better (`mode: min`): `quality` is its value negated
     lower_is_better: bool = False

@@ -33,6 +33,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from segperf.quality import of_results
 from segperf.report.flags import busy_during
 from segperf.tune.probe import Config, Probe
 from segperf.tune.space import override_key, without_keys
@@ -54,28 +55,6 @@ HARD_LIMIT_TARGET = "segperf.callbacks.hard_time_limit.HardTimeLimit"
 HARD_LIMIT_FACTOR = 3.0
 # run-size keys of the start left out of a quality run: the learning run has its own size
 RUN_SIZE_KEYS = ("size", "train_images", "val_images", "batch_size", "val_every_images", "data.height", "data.width")
-# results.json's quality key per workload: the U-Net's val Dice, the CNN's val accuracy
-QUALITY_KEYS = ("val_dice", "val_accuracy")
-
-
-def run_quality(quality: dict[str, Any]) -> float | None:
-    """The run's quality, higher is better: the metric a user's module is judged by (`quality.metric`,
-    negated where lower is better: `mode: min`), else the U-Net's val Dice or the CNN's val accuracy."""
-    metric = quality_metric(quality)
-    value = quality.get(metric) if metric else None
-    return -value if value is not None and lower_is_better(quality) else value
-
-
-def lower_is_better(quality: dict[str, Any]) -> bool:
-    """Whether the run's quality.metric is judged lower-is-better (`mode: min`: a loss, an error)."""
-    return bool(quality.get("metric")) and quality.get("mode") == "min"
-
-
-def quality_metric(quality: dict[str, Any]) -> str | None:
-    """The name of the metric run_quality reads (what the tune's report says the guard compared)."""
-    if quality.get("metric"):
-        return quality["metric"]
-    return next((k for k in QUALITY_KEYS if quality.get(k) is not None), None)
 
 
 def merged(*groups: Iterable[str]) -> list[str]:
@@ -133,14 +112,17 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
         return Probe(config, None, run_dir=str(run_dir), failed=f"{path}: unreadable ({first_line(error)})")
     train, progress = results.get("train") or {}, results.get("progress") or {}
     quality = results.get("quality") or {}
+    # the metric the run is judged by (segperf.quality: the U-Net's val Dice, the CNN's val accuracy,
+    # a user's declared one); the probe holds it higher-is-better (negated where its mode is min)
+    judged = of_results(quality)
     wall = (results.get("accounted") or {}).get("run_wall_s") or train.get("wall_s") or 0.0
     probe = Probe(
         config,
         train.get("images_per_s"),
         not_applied=not_applied(results.get("adjusted") or {}),
-        quality=run_quality(quality),
-        quality_metric=quality_metric(quality),
-        lower_is_better=lower_is_better(quality),
+        quality=judged.higher_is_better(quality.get(judged.key)) if judged else None,
+        quality_metric=judged.key if judged else None,
+        lower_is_better=bool(judged and judged.lower_is_better),
         busy=busy_during(results),
         wall_s=float(wall),
         run_dir=str(run_dir),
