@@ -78,9 +78,12 @@ def test_the_record_and_summary_say_how_far_quality_came(learned):
     assert (quality["first_val_dice"], quality["first_val_loss"]) == (first["val_dice"], first["val_loss"])
     assert quality["val_dice"] == pytest.approx(last["val_dice"])
     assert json.loads((run_dir / "results.json").read_text())["quality"] == quality
-    line = next(row for row in (run_dir / "summary.txt").read_text().splitlines() if row.startswith("Val first"))
-    expected = f"Dice {first['val_dice']:.3f} -> {last['val_dice']:.3f}, loss {first['val_loss']:.3f} -> "
-    assert expected in line and "(step 12 -> 48, 4 validations)" in line
+    lines = (run_dir / "summary.txt").read_text().splitlines()
+    # each metric under its own name, first -> last; the one the run is judged by first, and marked
+    dice = f"val_dice (max: the run's quality) {first['val_dice']:.4f} -> {last['val_dice']:.4f}"
+    loss = next(row for row in lines if row.startswith("val_loss "))
+    assert dice in lines and loss.endswith(f"{first['val_loss']:.4f} -> {last['val_loss']:.4f}")
+    assert any(row.startswith("Validations") and row.endswith("4 (step 12 -> 48)") for row in lines)
 
 
 @pytest.mark.slow  # one real training (~20-30 s), shared by the tests that read it

@@ -79,7 +79,7 @@ LEVERS: dict[str, tuple[Lever | Scaled, ...]] = {
     "validation": (RARER_VALIDATION, FEWER_VAL_IMAGES),
     "logging": (RARER_LOGGING,),
     "checkpoint": (RARER_VALIDATION,),  # last.ckpt is written at every validation
-    "framework": (LARGER_BATCH,),  # Lightning's per-step cost, amortized over more images a step
+    "framework": (LARGER_BATCH,),  # Lightning's per-step cost, amortized over more samples a step
     "compute-cpu": (DECONV, LARGER_BATCH),
     "compute-host": (COMPILE, LARGER_BATCH),
     "compute-gpu": (BF16, CHANNELS_LAST, COMPILE, DECONV),

@@ -9,6 +9,7 @@ from segperf.perf.counters import format_counters
 from segperf.perf.formatting import format_mib, format_percent_of_cores, format_usage
 from segperf.perf.machine import format_header
 from segperf.perf.machine_load import format_load
+from segperf.quality import metric_names, of_results
 
 WIDTH = 92
 RULE, LINE = "=" * WIDTH, "-" * WIDTH
@@ -84,7 +85,9 @@ def format_run_summary(results: dict[str, Any]) -> str:
     lines += _section("Jitter (per batch, after warm-up)", _jitter_rows(results.get("jitter") or {}))
     lines += _section("Throughput (after warm-up)", _throughput_rows(results))
     if results.get("distributed"):
-        lines += _section("Data-parallel ranks (after warm-up, per step)", _rank_rows(results["distributed"]))
+        lines += _section(
+            "Data-parallel ranks (after warm-up, per step)", _rank_rows(results["distributed"], _unit(results))
+        )
     ops = results.get("ops")
     if ops:
         title = f"Torch operations over {ops['steps']} steps (from step {ops['first_step']}; incl. profiler overhead)"
@@ -98,7 +101,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
         "GPU memory is NVML's, over all processes on the device; GPU util. from NVML samples.",
         f"Warm-up: the first {train.get('warmup_steps', 0)} training steps (compilation, caches), kept out of "
         "throughput.",
-        *_distributed_notes(results.get("distributed")),
+        *_distributed_notes(results.get("distributed"), _unit(results)),
         *_cost_note(results.get("measurement_cost")),
         *results.get("notices", []),
         *res.get("notes", []),
@@ -134,50 +137,37 @@ def _dataset_counts(dataset: dict[str, Any]) -> str:
 
 
 def _unit(results: dict[str, Any]) -> str:
-    """'images' in segperf's own runs; 'samples' in anyone else's (a run without segperf's config)."""
-    return "images" if "config" in results else "samples"
+    """'images' where the run trained on one of segperf's own image data sets (its `dataset` record
+    counts train and val images); 'samples' for anyone else's data: a user's data module, whose
+    record names it (`datamodule`), or a user's script with PerfMonitor (no record), a language
+    model's token sequences as much as a user's images."""
+    dataset = results.get("dataset") or {}
+    return "images" if "train_images" in dataset and "datamodule" not in dataset else "samples"
+
+
+NO_QUALITY = "none: the module logged no validation metric"
 
 
 def _quality_rows(quality: dict[str, Any]) -> list[str]:
-    if quality.get("metric"):  # a user's module: the metric it is judged by, then every one it logged
-        return _named_quality_rows(quality)
-    known = {"val_accuracy", "val_pixel_accuracy", "val_dice"}
-    if quality and not known & quality.keys():  # a user's own model: whatever it logged in validation
-        return [_kv(name, _num(value, ".4f")) for name, value in quality.items() if not isinstance(value, list)]
-    if "val_accuracy" in quality:  # the CPU study's classifier
-        return [_kv("Val accuracy", _num(quality.get("val_accuracy"), ".4f")), *_quality_progress(quality)]
-    return [
-        _kv("Val pixel accuracy", _num(quality.get("val_pixel_accuracy"), ".4f")),
-        _kv("Val Dice", _num(quality.get("val_dice"), ".4f")),
-        *_quality_progress(quality),
-    ]
-
-
-def _quality_progress(quality: dict[str, Any]) -> list[str]:
-    """How far quality came: the first validation against the last (when there were two or more)."""
+    """Each validation metric the module logged, under its own name, first -> last where it
+    validated more than once; the one the run is judged by (segperf.quality) first, and marked."""
+    names = metric_names(quality)
+    if not names:
+        return [_kv("Quality", NO_QUALITY)]
+    judged = of_results(quality)
+    names.sort(key=lambda name: judged is None or name != judged.key)
     history = quality.get("val_history") or []
-    if len(history) < 2:
-        return []
-    first, last = history[0], history[-1]
-    key, name = ("val_accuracy", "accuracy") if "val_accuracy" in first else ("val_dice", "Dice")
-    text = f"{name} {first[key]:.3f} -> {last[key]:.3f}, loss {first['val_loss']:.3f} -> {last['val_loss']:.3f}"
-    text += f" (step {first['step']:,} -> {last['step']:,}, {len(history)} validations)"
-    return [_kv("Val first -> last", text)]
-
-
-def _named_quality_rows(quality: dict[str, Any]) -> list[str]:
-    """Each validation metric, first -> last where there were two validations; the judged one first."""
-    history = quality.get("val_history") or []
-    names = [k for k in (history[-1] if history else {}) if k != "step"]
-    names.sort(key=lambda name: name != quality["metric"])
     rows = []
     for name in names:
         first = quality.get(f"first_{name}")
         text = _num(quality.get(name), ".4f")
         if len(history) > 1 and isinstance(first, int | float):
-            text = f"{first:.4f} -> {text} ({len(history)} validations)"
-        mark = f" ({quality.get('mode')}: the run's quality)" if name == quality["metric"] else ""
+            text = f"{first:.4f} -> {text}"
+        mark = f" ({judged.mode}: the run's quality)" if judged is not None and name == judged.key else ""
         rows.append(_kv(f"{name}{mark}", text))
+    if len(history) > 1:
+        first_step, last_step = history[0].get("step", 0), history[-1].get("step", 0)
+        rows.append(_kv("Validations", f"{len(history)} (step {first_step:,} -> {last_step:,})"))
     return rows
 
 
@@ -300,7 +290,7 @@ def _progress_rows(results: dict[str, Any]) -> list[str]:
     if not progress or (results.get("status") == "completed" and not resumed):
         return []
     text = f"step {progress['steps_done']:,} of {progress['steps_total']:,}"
-    text += f" ({progress['images_done']:,} of {progress['images_total']:,} images)"
+    text += f" ({progress['images_done']:,} of {progress['images_total']:,} {_unit(results)})"
     if resumed:
         text += f"; resumed at step {resumed['from_step']:,}"
     rows = [_kv("Progress", text)]
@@ -309,12 +299,12 @@ def _progress_rows(results: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _rank_rows(dist: dict[str, Any]) -> list[str]:
+def _rank_rows(dist: dict[str, Any], unit: str) -> list[str]:
     """One row per rank (where it ran, what it trained on, its times per step), then the slowest."""
     rows = [
         f"{dist['world_size']} ranks on {dist['num_nodes']} node(s) x {dist['devices_per_node']} device(s), "
         f"{dist['strategy']} over {dist['backend']}; hosts: {', '.join(dist['hosts'])}",
-        f"{'rank':>4} {'host':<16}{'device':<9}{'images':>8}{'steps':>7}{'images/s':>10}"
+        f"{'rank':>4} {'host':<16}{'device':<9}{unit:>8}{'steps':>7}{unit + '/s':>10}"
         f"{'wait (ms)':>11}{'step (ms)':>11}{'fwd (ms)':>10}{'ready (ms)':>12}",
     ]
     for r in dist["ranks"]:
@@ -336,11 +326,11 @@ def _ms(seconds: float | None) -> str:
     return _num(None if seconds is None else seconds * 1e3, ",.1f")
 
 
-def _distributed_notes(dist: dict[str, Any] | None) -> list[str]:
+def _distributed_notes(dist: dict[str, Any] | None, unit: str) -> list[str]:
     if not dist:
         return []
     return [
-        "Data-parallel run: images and train images/s add up all ranks; phases, resources, jitter, TFLOP/s and "
+        f"Data-parallel run: {unit} and train {unit}/s add up all ranks; phases, resources, jitter, TFLOP/s and "
         "MFU are rank 0's (per device; its process tree holds the ranks Lightning started on its node). "
         "ready = data wait + forward: when a rank joins the gradient all-reduce.",
     ]

@@ -66,6 +66,11 @@ _DATALOADER_OVERHEAD_ADVICE = {
     "framework": "take fewer, larger steps (a larger DataLoader(batch_size=...)): Lightning's hooks and bookkeeping "
     "cost the same per step",
 }
+# a run too short to time a step after its warm-up: how to lengthen it, in each kind of knob
+_LONGER_RUN = {
+    "segperf": "train on more images (train_images) or lower warmup_steps",
+    "dataloader": "train for more steps (Trainer(max_steps=...)) or lower PerfMonitor(warmup_steps=...)",
+}
 # which knobs the advice is given in: segperf's config groups, or a plain DataLoader and Trainer
 ADVICE = {"segperf": (LEVERS, _OVERHEAD_ADVICE), "dataloader": (DATALOADER_LEVERS, _DATALOADER_OVERHEAD_ADVICE)}
 
@@ -138,7 +143,7 @@ def verdict(
     if steady <= 0:
         text = (
             "unknown: no steady-state training step was timed (the run may be shorter than its warm-up); "
-            "train on more images or lower warmup_steps."
+            f"{_LONGER_RUN[advice]}."
         )
         return {"kind": "unknown", "text": text, "overrides": []}
     loop = steady + _seconds(phases, "validation") + _seconds(phases, "checkpoint")
@@ -186,7 +191,9 @@ def verdict(
         in_step = f"{_pct(step_share)} of steady-state time in train_step{gpu_note}{_split_note(phases)}"
         if not on_gpu:
             overrides = untried(levers["compute-cpu"], settings)
-            text = f"compute-bound on the CPU: {in_step}; a GPU, fewer FLOPs per image or larger batches are the levers"
+            text = (
+                f"compute-bound on the CPU: {in_step}; a GPU, fewer FLOPs per sample or larger batches are the levers"
+            )
         elif gpu is not None and gpu < t["gpu_busy_low"]:
             overrides = untried(levers["compute-host"], settings)
             text = f"compute-bound on the host: {in_step}, so kernel launches, not the GPU, set the pace"
