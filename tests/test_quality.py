@@ -119,6 +119,8 @@ def test_the_model_config_wins_over_the_modules_declaration_and_an_unrelated_att
     assert declared(module, {"metric": "val/loss", "mode": "min"}) == Quality("val/loss", "min")
     assert declared(SimpleNamespace(quality=0.93)) is None  # a user's own `quality` attribute, not ours
     assert declared(SimpleNamespace(quality={"metric": "val_f1"})) == Quality("val_f1", "max")
+    with pytest.raises(ValueError, match="mode is max"):
+        Quality("val/loss", "lowest")
 
 
 # each validation's Dice and loss of two configurations, over three seeds: workers=auto has a

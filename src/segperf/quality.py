@@ -46,6 +46,10 @@ class Quality:
     mode: str = "max"
     label: str | None = None
 
+    def __post_init__(self) -> None:  # a typo in a module's declaration would judge it upside down
+        if self.mode not in MODES:
+            raise ValueError(f"Quality({self.metric!r}, mode={self.mode!r}): mode is max (higher is better) or min")
+
     @property
     def key(self) -> str:
         return results_key(self.metric)

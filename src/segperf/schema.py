@@ -29,6 +29,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from segperf.errors import SettingsError  # raised by check_settings; imported from here too
+from segperf.quality import MODES as QUALITY_MODES  # what model.quality.mode may be
 
 
 class Choice(StrEnum):
@@ -410,9 +411,6 @@ def own_problems(node: Any) -> list[str]:
         return []
     check = getattr(OmegaConf.get_type(node), "problems", None)
     return check(node) if check is not None else []
-
-
-QUALITY_MODES = ("max", "min")
 
 
 def quality_problems(quality: Any) -> list[str]:
