@@ -251,6 +251,45 @@ def workload_axis_problem(argv: list[str], config_dir: Path, config_name: str) -
     )
 
 
+def _chosen(argv: list[str], group: str) -> list[str] | None:
+    """The options `group=a` (or a sweep `group=a,b`) on the command line names, None where it names none."""
+    values = [_ARG.match(a)["value"] for a in argv if _ARG.match(a) and _ARG.match(a)["key"] == group]
+    return [v.strip() for v in values[-1].split(",")] if values else None
+
+
+def workload_choice_problem(argv: list[str], config_dir: Path) -> str | None:
+    """One line when the command line's model= or data= cannot say whose workload it means, else None:
+
+    - an option both the user's `--config-dir` and segperf's own conf/ have (`data=mnist` beside a
+      lightning-hydra-template's configs/data/mnist.yaml): Hydra reads segperf's, which comes first
+      on its search path, and would train segperf's MNIST without a word;
+    - a model of the user's folder with no data= at all: the default data, Carvana, is the U-Net's,
+      and is never taken for another model's (data=none: the module's own loaders)."""
+    user_dir = _config_dir(argv)
+    if not user_dir or any(a in _SHOW_FLAGS for a in argv):
+        return None
+    user_dir_path = Path(user_dir).expanduser()
+    for group in ("model", "data"):
+        for option in _chosen(argv, group) or []:
+            theirs, ours = user_dir_path / group / f"{option}.yaml", config_dir / group / f"{option}.yaml"
+            if theirs.is_file() and ours.is_file():
+                return (
+                    f"{group}={option}: both your {theirs} and segperf's own {group}={option} ({ours}) have this "
+                    f"name, and Hydra would take segperf's; give yours another name ({group}/my_{option}.yaml) "
+                    f"and choose it with {group}=my_{option}"
+                )
+    models = _chosen(argv, "model") or []
+    own = [m for m in models if (user_dir_path / "model" / f"{m}.yaml").is_file()]
+    if own and _chosen(argv, "data") is None:
+        return (
+            f"model={own[0]} is yours ({user_dir_path / 'model' / f'{own[0]}.yaml'}), and no data= says what it "
+            "trains on (the default data, Carvana, is segperf's U-Net's): name your data module's config, "
+            f"data=<name> (a data/<name>.yaml in {user_dir}), or data=none to train on the module's own "
+            "train_dataloader()"
+        )
+    return None
+
+
 def plain_segperf_warnings() -> None:
     """On the command line, segperf's own warnings (a data check leaving files out, a folder's
     orphan masks) read as `segperf: warning: <message>` on stderr, like its notes and errors,

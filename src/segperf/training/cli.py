@@ -22,6 +22,7 @@ from segperf.command_line import (
     plain_segperf_warnings,
     quote_path_values,
     workload_axis_problem,
+    workload_choice_problem,
 )
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError, explain, is_worker_error, write_problem
@@ -84,6 +85,8 @@ def cli() -> None:
     except SegperfError as error:
         fail(str(error))
     if problem := output_folder_problem(sys.argv[1:], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
+        fail(problem)
+    if problem := workload_choice_problem(sys.argv[1:], CONFIG_DIR):
         fail(problem)
     if problem := workload_axis_problem(sys.argv[1:], CONFIG_DIR, CONFIG_NAME):
         fail(problem)

@@ -50,7 +50,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True)
         callbacks = record.use_callbacks([instantiate(c) for c in cfg.callbacks.values()])  # PerfMonitor among them
 
-        with record.span("define_model"):  # segperf's net, or the user's own LightningModule
+        with record.span("define_model"):  # segperf's or the user's LightningModule, one path
             workload = record.workload = build_workload(cfg)
             datamodule, module = record.datamodule, record.module = workload.datamodule, workload.module
             print(workload.description)
@@ -71,9 +71,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         record.fit_called()  # Trainer.fit's work before its first hook (strategy, prepare_data) is set-up
         with per_job_rank_commands():  # trainer=ddp: the other ranks run this job, in this folder
             trainer.fit(module, datamodule=datamodule, ckpt_path=record.ckpt_path and str(record.ckpt_path))
-        if not trainer.interrupted and trainer.global_step % trainer.val_check_batch:
-            with record.span("validation"):
-                trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
+        # a run without validation (data=none, a module with no val_dataloader()) checkpoints at the end
+        if not trainer.interrupted and (trainer.global_step % trainer.val_check_batch or not workload.validates):
+            if workload.validates:
+                with record.span("validation"):
+                    trainer.validate(module, datamodule=datamodule, verbose=False)  # quality at the very end
             with record.span("checkpoint"):  # the trained weights, whatever the validation schedule
                 trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     return record.results
