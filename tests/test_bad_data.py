@@ -11,6 +11,7 @@ from PIL import Image, ImageFile
 
 from segperf.data.carvana.checks import BadDataError, apply_policy, check_samples, format_bad
 from segperf.data.carvana.layout import find_samples
+from segperf.data.filechecks import WHOLE_LIST
 from tests.conftest import images_of, mask_of
 
 
@@ -124,7 +125,11 @@ def test_policy_raise_lists_first_five_files_and_how_many_more(data):
         assert f"{image}: truncated JPEG" in listing
     for image in damaged[5:]:
         assert str(image) not in listing
-    assert listing.endswith("; and 2 more")
+    assert listing.endswith(f"; and 2 more ({WHOLE_LIST})")  # where the whole list is
+    assert info.value.bad_files == [
+        {"path": str(image), "reason": b.reason, "kind": "truncated"}
+        for image, b in zip(damaged, report.bad, strict=True)
+    ]
     assert message == format_bad(report)
 
 
@@ -197,6 +202,8 @@ def test_a_run_on_data_with_a_truncated_jpeg_stops_before_training_naming_it(dat
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "failed" and victim.name in results["error"]
     assert results["train"]["steps"] == 0 and not (tmp_path / "run" / "checkpoints").exists()
+    assert [(b["path"], b["kind"]) for b in results["dataset"]["bad_files"]] == [(str(victim), "truncated")]
+    assert (tmp_path / "run" / "bad_files.txt").read_text() == f"{victim}\n"
 
 
 def test_skip_leaves_the_bad_sample_out_and_records_it_in_results(data, tiny_cfg, tmp_path):
@@ -209,3 +216,5 @@ def test_skip_leaves_the_bad_sample_out_and_records_it_in_results(data, tiny_cfg
     assert results["dataset"]["images"] == 79
     assert [s["path"] for s in results["dataset"]["skipped"]] == [str(victim)]
     assert "truncated" in results["dataset"]["skipped"][0]["reason"]
+    assert [b["path"] for b in results["dataset"]["bad_files"]] == [str(victim)]
+    assert (tmp_path / "run" / "bad_files.txt").read_text() == f"{victim}\n"

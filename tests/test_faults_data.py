@@ -16,6 +16,7 @@ from PIL import Image
 
 from segperf.data.carvana.checks import BadDataError, apply_policy, check_layout
 from segperf.data.carvana.layout import scan_layout
+from segperf.data.filechecks import WHOLE_LIST
 from segperf.data.mnist.datamodule import read_splits
 from segperf.errors import DataLayoutError
 from tests.conftest import TINY, images_of, mask_of, run_cli
@@ -85,8 +86,8 @@ def test_the_error_names_the_first_five_of_each_kind_and_counts_them_all(data):
     message = str(pytest.raises(BadDataError, apply_policy, report.samples, report, "raise").value)
     headline, truncated, no_mask = message.splitlines()
     assert headline.startswith(f"13 bad samples in {data}: 7 truncated, 6 without a mask. ")
-    assert truncated.startswith("- truncated (7): ") and truncated.endswith("; and 2 more")
-    assert no_mask.startswith("- without a mask (6): ") and no_mask.endswith("; and 1 more")
+    assert truncated.startswith("- truncated (7): ") and truncated.endswith(f"; and 2 more ({WHOLE_LIST})")
+    assert no_mask.startswith("- without a mask (6): ") and no_mask.endswith(f"; and 1 more ({WHOLE_LIST})")
     assert all(str(image) in truncated for image in images[:5]) and str(images[5]) not in truncated
     assert all(str(image) in no_mask for image in images[40:45]) and str(images[45]) not in no_mask
 

@@ -26,6 +26,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from segperf.bench.schema import BenchSettingsError, keys, register_schema, settings
 from segperf.command_line import quote_path_values
 from segperf.config import CONFIG_DIR
+from segperf.data.filechecks import write_bad_files
 from segperf.errors import SegperfError
 
 PROG = "python -m segperf.bench data"
@@ -70,7 +71,8 @@ def bench(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)  # absolute; printed relative as before
     try:
         run(settings(cfg), run_dir.relative_to(Path.cwd()) if run_dir.is_relative_to(Path.cwd()) else run_dir)
-    except SegperfError as error:  # a bad value (a sweep's job), a missing or empty data.root
+    except SegperfError as error:  # a bad value (a sweep's job), a missing or empty data.root, bad files
+        write_bad_files(run_dir, {}, error)  # the whole list, where the error's cut list says it is
         raise SystemExit(fail(str(error).splitlines())) from None
 
 

@@ -36,6 +36,7 @@ from segperf.config import available_cores
 from segperf.data.base import RunDataModule
 from segperf.data.cache import SampleCache
 from segperf.data.cold import PageCache, drop_page_cache, warm
+from segperf.data.filechecks import write_bad_files
 
 
 def drain(batches: Iterable) -> int:
@@ -208,6 +209,8 @@ def run(s: Settings, run_dir: Path) -> Path:
         torch.set_num_threads(s.num_threads)
     # data.root, or the built-in data set (made once, in segperf's cache folder), checked and split
     datamodule = workload.build(s)
+    if (skips := getattr(datamodule, "skips", None)) is not None:  # data.on_bad_sample=skip: what it left out
+        write_bad_files(run_dir, skips.summary())
     bench = Bench(s, datamodule)
     cuda = "CUDA" if torch.cuda.is_available() else "no CUDA"
     print(

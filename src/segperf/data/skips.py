@@ -133,14 +133,19 @@ class BadSamples:
             try:
                 return load(current)
             except BadFile as bad:
+                entry = {
+                    "path": str(bad.path),
+                    "reason": bad.error.reason,
+                    "kind": bad.error.kind,
+                    "stage": self.where(),
+                }
                 if self.policy != "skip":
                     raise UndecodableSample(
-                        f"could not decode {bad.noun} {bad.path}: {bad.error.reason}; {FIND_ALL}"
+                        f"could not decode {bad.noun} {bad.path}: {bad.error.reason}; {FIND_ALL}", [entry]
                     ) from None
                 self._bad.add(current)
                 if self.log is not None:
-                    entry = {"path": str(bad.path), "reason": bad.error.reason, "kind": bad.error.kind}
-                    self.log.add({"event": "skipped", **entry, "stage": self.where()})
+                    self.log.add({"event": "skipped", **entry})
         raise BadDataError(
             f"data.on_bad_sample=skip: {min(n, MAX_TRIES)} samples in a row from index {index} do not decode; "
             f"the data is mostly unreadable ({FIND_ALL.split(';')[0]})"
@@ -206,9 +211,12 @@ class RunSkips:
         return BadSamples(self.policy, self.log, self.max_pixels, self.stats, stage)
 
     def summary(self) -> dict[str, Any]:
-        """results.json's `dataset.skipped` (every file left out, with its reason, kind and stage)
-        and, when the image library warned, `dataset.image_warnings`."""
+        """results.json's `dataset.skipped` (every file left out, with its reason, kind and stage),
+        `dataset.bad_files` (the same without the masks that have no image, which are not used but
+        not bad: segperf.data.filechecks' whole list) and, when the image library warned,
+        `dataset.image_warnings`."""
         skipped, warned = merge_skips(self.checked, self.log)
         seen = {entry["path"] for entry in self.check_warnings}
         warned = self.check_warnings + [entry for entry in warned if entry["path"] not in seen]
-        return {"skipped": skipped} | ({"image_warnings": warned} if warned else {})
+        bad = [entry for entry in skipped if entry.get("kind") != "no image"]
+        return {"skipped": skipped, "bad_files": bad} | ({"image_warnings": warned} if warned else {})

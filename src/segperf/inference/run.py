@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.axes import inference_axes
 from segperf.config import plain_config
+from segperf.data.filechecks import write_bad_files
 from segperf.inference import benchmark, runtimes
 from segperf.inference import quality as inference_quality
 from segperf.inference import workload as inference_workload
@@ -58,6 +59,7 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
     out_dir = Path(out_dir)
     results: dict[str, Any] = {"kind": "inference", "status": "failed", "config": None, "axes": axes(cfg)}
     results.update(dataset={}, inference={}, quality={}, adjusted={}, notices=[])
+    failure: BaseException | None = None
     try:
         source = resolve_source(cfg.ckpt, cfg.run_dir)
         start = time.perf_counter()
@@ -117,10 +119,12 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         results["status"] = "completed"
     except BaseException as error:
         record_failure(results, error)
+        failure = error
         raise
     finally:
         if results["config"] is None:
             results["config"] = OmegaConf.to_container(cfg, resolve=False)
+        write_bad_files(out_dir, results["dataset"], failure)  # every bad file of the data, one a line
         write_json_atomic(out_dir / "results.json", results)
         print(format_summary(results), end="")
         print(f"Results: {out_dir / 'results.json'}")

@@ -30,7 +30,7 @@ from PIL import Image
 
 from segperf.data.carvana.layout import MASK_RE, Layout, Sample
 from segperf.data.decodecheck import decode_check
-from segperf.data.filechecks import BadDataError, check_each, tail
+from segperf.data.filechecks import BAD_FILES, WHOLE_LIST, BadDataError, check_each, tail
 from segperf.data.imagefiles import DEFAULT_MAX_PIXELS, allow_pixels, caught_warnings, too_large
 
 JPEG_SOI, JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
@@ -82,6 +82,11 @@ class CheckReport:
         """'1 truncated, 2 without a mask': the problems by kind, in KINDS' order."""
         found = [(sum(b.kind == kind for b in self.bad), words) for kind, words in KINDS.items()]
         return ", ".join(f"{n} {words}" for n, words in found if n)
+
+    def listed(self) -> list[dict[str, str]]:
+        """Every bad file as `{"path", "reason", "kind"}`, sorted by path: results.json's
+        dataset.skipped under `skip`, and the error's whole list (dataset.bad_files) under `raise`."""
+        return [{"path": str(b.path), "reason": b.reason, "kind": b.kind} for b in self.bad]
 
 
 def _starts_but_not_ends(path: Path, size: int, magic: bytes, end: bytes) -> bool:
@@ -240,7 +245,7 @@ def check_layout(layout: Layout, workers: int = 1, **check: Any) -> CheckReport:
 
 
 def _first(items: list[str], limit: int) -> str:
-    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    more = f"; and {len(items) - limit} more ({WHOLE_LIST})" if len(items) > limit else ""
     return "; ".join(items[:limit]) + more
 
 
@@ -283,17 +288,18 @@ def apply_policy(samples: list[Sample], report: CheckReport, policy: str = "rais
             )
         return list(samples), orphans
     if policy == "raise":
-        raise BadDataError(format_bad(report))
+        raise BadDataError(format_bad(report), report.listed())
     bad_images = report.bad_images
     kept = [s for s in samples if s.image not in bad_images]
-    skipped = [{"path": str(b.path), "reason": b.reason, "kind": b.kind} for b in report.bad] + orphans
+    skipped = report.listed() + orphans
     total = report.checked
     if not kept:
-        raise BadDataError(f"data.on_bad_sample=skip leaves no sample to use{where}.\n{format_bad(report)}")
+        raise BadDataError(f"data.on_bad_sample=skip leaves no sample to use{where}.\n{format_bad(report)}", skipped)
     also = f"; and {len(orphans)} mask(s) without an image, not used" if orphans else ""
     warnings.warn(
         f"data.on_bad_sample=skip: left out {total - len(kept)} of {total} samples{where} ({report.counts()}){also}; "
-        f"each is listed with its reason in results.json (dataset.skipped). First: {report.bad[0].path}: "
+        f"each is listed with its reason in results.json (dataset.skipped), its path in {BAD_FILES} in the run "
+        f"folder. First: {report.bad[0].path}: "
         f"{report.bad[0].reason}",
         stacklevel=2,
     )

@@ -37,7 +37,7 @@ from pathlib import Path
 from PIL import Image
 
 from segperf.data.decodecheck import decode_check
-from segperf.data.filechecks import BadDataError, check_each, tail
+from segperf.data.filechecks import BAD_FILES, WHOLE_LIST, BadDataError, check_each, tail
 from segperf.data.imagefiles import DEFAULT_MAX_PIXELS, allow_pixels, caught_warnings, too_large
 from segperf.data.imagefolder.layout import FolderLayout, ImageSample
 
@@ -86,6 +86,11 @@ class FolderReport:
     @property
     def bad_files(self) -> set[Path]:
         return {p.path for p in self.problems if p.kind not in FOLDER_KINDS}
+
+    def listed(self) -> list[dict[str, str]]:
+        """Every problem as `{"path", "reason", "kind"}`, in the order an error lists them: results.json's
+        dataset.skipped under `skip`, and the error's whole list (dataset.bad_files) under `raise`."""
+        return [{"path": str(p.path), "reason": p.reason, "kind": p.kind} for p in self.problems]
 
     def counts(self) -> str:
         """'2 truncated, 1 empty class folder': the problems by kind, in KINDS' order."""
@@ -198,7 +203,7 @@ def format_problems(report: FolderReport, limit: int = SHOWN_PER_KIND) -> str:
         for problem in found[:limit]:
             lines.append(f"- {problem.path}: {problem.reason}" + (f"; {todo}" if todo else ""))
         if len(found) > limit:
-            lines.append(f"- ... and {len(found) - limit} more {KINDS[kind][0]} (each in results.json, error)")
+            lines.append(f"- ... and {len(found) - limit} more {KINDS[kind][0]} ({WHOLE_LIST})")
     return "\n".join(lines)
 
 
@@ -210,18 +215,19 @@ def apply_policy(report: FolderReport, policy: str = "raise") -> tuple[list[Imag
     if not report.problems:
         return samples, []
     if policy == "raise" or any(p.kind == "single class" for p in report.problems):
-        raise BadDataError(format_problems(report))
+        raise BadDataError(format_problems(report), report.listed())
     bad = report.bad_files
     kept = [s for s in samples if s.path not in bad]
-    skipped = [{"path": str(p.path), "reason": p.reason, "kind": p.kind} for p in report.problems]
+    skipped = report.listed()
     if not kept:
         raise BadDataError(
-            f"data.on_bad_sample=skip leaves no image to use in {report.root}.\n{format_problems(report)}"
+            f"data.on_bad_sample=skip leaves no image to use in {report.root}.\n{format_problems(report)}", skipped
         )
     first = report.problems[0]
     warnings.warn(
         f"data.on_bad_sample=skip: left out {len(samples) - len(kept)} of {len(samples)} images in {report.root} "
-        f"({report.counts()}); each is listed with its reason in results.json (dataset.skipped). "
+        f"({report.counts()}); each is listed with its reason in results.json (dataset.skipped), its path in "
+        f"{BAD_FILES} in the run folder. "
         f"First: {first.path}: {first.reason}",
         stacklevel=2,
     )
