@@ -12,8 +12,11 @@ done by bytes surgery on files PIL wrote: a JPEG with an impossible Huffman tabl
 IDAT zlib stream is broken (CRCs recomputed, so only the decoder sees it), a TIFF whose strip
 data is cut (TIFF has no end marker), a JPEG cut in the middle of its scan data, a PNG with a
 wrong header CRC, a PNG and a GIF whose headers declare 100,000 x 100,000 and 65,535 x 65,535
-pixels. (A JPEG cut mid-scan with its end marker put back is not here: libjpeg decodes it, grey
-below the cut, as every viewer shows it.) Small images, so a test that writes a few folders
+pixels, and two TIFFs that make libtiff print to the process's stderr as it fails (an LZW strip
+whose byte count runs past the end of the file: "TIFFFillStrip: Read error on strip 0; got ...
+bytes, expected ..."; a fax-compressed strip of garbage: "Fax4Decode: Bad code word at line 0").
+(A JPEG cut mid-scan with its end marker put back is not here: libjpeg decodes it, grey below
+the cut, as every viewer shows it.) Small images, so a test that writes a few folders
 stays fast.
 """
 
@@ -72,6 +75,41 @@ def tiff_with_a_tag_larger_than_the_file(image: Image.Image) -> bytes:
     for at in range(ifd + 2, ifd + 2 + 12 * entries, 12):
         if struct.unpack("<H", tiff[at : at + 2])[0] == 270:  # ImageDescription: its count
             tiff[at + 4 : at + 8] = struct.pack("<I", 10**6)
+    return bytes(tiff)
+
+
+def _strip_tags(tiff: bytes) -> tuple[int, int, int]:
+    """(offset of strip 0, its byte count, where that count is stored) of a one-strip TIFF PIL wrote."""
+    (ifd,) = struct.unpack("<I", tiff[4:8])
+    (entries,) = struct.unpack("<H", tiff[ifd : ifd + 2])
+    tags = {}
+    for at in range(ifd + 2, ifd + 2 + 12 * entries, 12):
+        tag, kind, count = struct.unpack("<HHI", tiff[at : at + 8])
+        tags[tag] = (kind, count, at + 8)
+    values = []
+    for tag in (273, 279):  # StripOffsets, StripByteCounts: one LONG (or SHORT) each, in the entry
+        kind, count, at = tags[tag]
+        assert count == 1, "one strip"
+        values.append((struct.unpack("<I" if kind == 4 else "<H", tiff[at : at + (4 if kind == 4 else 2)])[0], at))
+    (offset, _), (length, length_at) = values
+    return offset, length, length_at
+
+
+def tiff_with_a_strip_past_the_end(image: Image.Image) -> bytes:
+    """An LZW TIFF whose strip claims 5,000 bytes more than the file has: libtiff prints "TIFFFillStrip:
+    Read error on strip 0; got N bytes, expected M." to stderr, PIL raises "decoder error -2"."""
+    tiff = bytearray(_encode(image, "TIFF", compression="tiff_lzw"))
+    _, length, at = _strip_tags(tiff)
+    tiff[at : at + 4] = struct.pack("<I", length + 5000)
+    return bytes(tiff)
+
+
+def fax_tiff_with_a_garbage_strip(image: Image.Image) -> bytes:
+    """A CCITT group 4 TIFF whose strip is 0x01 bytes: libtiff prints "Fax4Decode: Bad code word at
+    line 0 of strip 0 (x 0)." to stderr as the decode fails."""
+    tiff = bytearray(_encode(image.convert("1"), "TIFF", compression="group4"))
+    offset, length, _ = _strip_tags(tiff)
+    tiff[offset : offset + length] = b"\x01" * length
     return bytes(tiff)
 
 
@@ -141,6 +179,8 @@ def bad_files(size: tuple[int, int], seed: int = 0) -> dict[str, tuple[str, byte
         "huge_gif": (".gif", bytes(gif), "too large"),
         "cut_tiff": (".tif", tiff[: len(tiff) * 2 // 3], "undecodable"),
         "cut_in_scan": (".jpg", cut_scan, "truncated"),
+        "tiff_read_error": (".tif", tiff_with_a_strip_past_the_end(rgb), "undecodable"),
+        "fax_bad_code": (".tif", fax_tiff_with_a_garbage_strip(rgb), "undecodable"),
     }
 
 

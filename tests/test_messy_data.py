@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from segperf.data.cache import fill_cache
 from segperf.data.carvana.dataset import CarvanaDataset
 from segperf.data.carvana.layout import scan_layout
+from segperf.data.filechecks import WHOLE_LIST, BadDataError
 from segperf.data.imagefolder.cache import LABEL
 from segperf.data.imagefolder.checks import check_folder
 from segperf.data.imagefolder.dataset import ImageFolderDataset
@@ -79,8 +83,50 @@ def test_decode_check_lists_every_bad_file_in_one_go_and_a_second_check_decodes_
     assert any(path.name == "tiff_warns.tif" for path in again.warnings)
 
 
+def many_bad_files(folder: Path, sets: int) -> dict[Path, str]:
+    """`sets` of every damaged kind of file (tests/messy_images.py) and of a text file and an HTML
+    error page named as images, and an empty file, into `folder`: path -> kind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kinds: dict[Path, str] = {}
+    for i in range(sets):
+        for name, (suffix, data, kind) in bad_files((40, 32), seed=i).items():
+            (path := folder / f"{name}_{i:02d}{suffix}").write_bytes(data)
+            kinds[path] = kind
+        (page := folder / f"download_{i:02d}.jpg").write_text("<html><body>403 Forbidden</body></html>")
+        (note := folder / f"note_{i:02d}.png").write_text("scanned on the office printer")
+        kinds |= {page: "not an image", note: "not an image"}
+    for empty in (folder / "empty.png", folder / "empty.jpg"):
+        empty.write_bytes(b"")
+        kinds[empty] = "empty"
+    return kinds
+
+
+def test_a_check_that_stops_on_46_bad_files_lists_every_one_in_results_and_in_bad_files_txt(tmp_path, monkeypatch):
+    """The error names the first ten of each kind; the whole list, with kind and reason, is in
+    results.json (dataset.bad_files) and, one path a line, in the run folder's bad_files.txt."""
+    from segperf.training.run import train
+
+    monkeypatch.setenv("SEGPERF_CACHE", str(tmp_path / "cache"))  # the decode verdicts: none cached yet
+    messy_library(tmp_path / "photos", bad=False)
+    kinds = many_bad_files(tmp_path / "photos" / "cats", sets=4)
+    counts = Counter(kinds.values())
+    assert len(kinds) == 46 and counts["undecodable"] == 20
+    cfg = compose_config(*IMAGEFOLDER_TINY, f"data.root={tmp_path / 'photos'}", "data.check=decode")
+    with pytest.raises(BadDataError) as error:
+        train(cfg, tmp_path / "run")
+    message = str(error.value)
+    assert f"- ... and 10 more undecodable ({WHOLE_LIST})" in message
+    assert sum(str(path) in message for path in kinds) == sum(min(n, 10) for n in counts.values())  # 36 named
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    listed = {entry["path"]: entry for entry in results["dataset"]["bad_files"]}
+    assert {Path(path): entry["kind"] for path, entry in listed.items()} == kinds
+    assert all(entry["reason"] for entry in listed.values())
+    lines = (tmp_path / "run" / "bad_files.txt").read_text().splitlines()
+    assert sorted(lines) == sorted(map(str, kinds)) and lines == list(listed)  # in the error's order
+
+
 @pytest.mark.parametrize("workers", [0, 1])
-def test_skip_replaces_a_sample_that_fails_mid_run_keeping_the_batch_size_and_records_it(tmp_path, workers):
+def test_skip_replaces_a_sample_that_fails_mid_run_keeping_the_batch_size_and_records_it(tmp_path, workers, capfd):
     broken = messy_library(tmp_path / "photos")
     good = sorted((tmp_path / "photos" / "dogs").iterdir())[:10]
     failing = [broken[name][0] for name in sorted(UNDECODABLE)]
@@ -93,6 +139,12 @@ def test_skip_replaces_a_sample_that_fails_mid_run_keeping_the_batch_size_and_re
     assert {e["path"] for e in skipped} == {str(p) for p in failing}
     stage = "DataLoader worker 0" if workers else "main process"
     assert all(e["stage"] == stage and e["reason"] for e in skipped)
+    # libtiff's own lines, printed in the worker (or this process) as it failed: in the reasons, not the console
+    out, err = capfd.readouterr()
+    assert not RAW_DECODER_LINE.search(out + err), (out + err)[-3000:]
+    reasons = {Path(e["path"]).name: e["reason"] for e in skipped}
+    assert "the decoder printed: TIFFFillStrip: Read error on strip 0" in reasons["tiff_read_error.tif"]
+    assert "the decoder printed: Fax4Decode: Bad code word" in reasons["fax_bad_code.tif"]
 
 
 def test_raise_mid_run_names_the_file_and_the_decode_check_without_the_workers_traceback(tmp_path):
@@ -153,18 +205,67 @@ def test_carvana_skip_replaces_a_sample_whose_mask_fails_mid_run(tiny_carvana, t
     assert entry["path"] == str(mask) and entry["stage"] == "DataLoader worker 0"
 
 
-def test_a_run_that_skips_undecodable_files_mid_run_completes_and_lists_each(tmp_path):
+# a line the image library's C code printed, as it would reach the console raw
+RAW_DECODER_LINE = re.compile(r"^\s*(TIFFFillStrip|Fax4Decode|LZWDecode|ZIPDecode|TIFFReadDirectory)\b", re.MULTILINE)
+
+
+def test_a_run_that_skips_undecodable_files_mid_run_completes_and_lists_each(tmp_path, capfd):
     from segperf.training.run import train
 
     broken = messy_library(tmp_path / "photos")
-    cfg = compose_config(*IMAGEFOLDER_TINY, f"data.root={tmp_path / 'photos'}", "data.on_bad_sample=skip")
+    every_file = ["train_images=48", "val_images=64"]  # more than each split holds: every file is read
+    args = [*IMAGEFOLDER_TINY, *every_file, f"data.root={tmp_path / 'photos'}", "data.on_bad_sample=skip"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the check's own "left out" warning
-        results = train(cfg, tmp_path / "run")
+        results = train(compose_config(*args), tmp_path / "run")
     assert results["status"] == "completed"
     skipped = {entry["path"]: entry for entry in results["dataset"]["skipped"]}
     assert {str(path) for path, _ in broken.values()} <= set(skipped)
     assert all(skipped[str(path)]["stage"] == "check" for path, kind in broken.values() if kind != "undecodable")
+    # the whole list of bad files, the check's and the run's: results.json's and the run folder's plain one
+    assert {entry["path"] for entry in results["dataset"]["bad_files"]} == {str(path) for path, _ in broken.values()}
+    listed = (tmp_path / "run" / "bad_files.txt").read_text().splitlines()
+    assert sorted(listed) == sorted(str(path) for path, _ in broken.values())
+    # what libtiff printed while the DataLoader decoded: with the file, not on the console
+    out, err = capfd.readouterr()
+    assert not RAW_DECODER_LINE.search(out + err), (out + err)[-3000:]
+    assert "TIFFFillStrip: Read error on strip 0" in skipped[str(broken["tiff_read_error"][0])]["reason"]
+    assert "Fax4Decode: Bad code word" in skipped[str(broken["fax_bad_code"][0])]["reason"]
+    printed = [w for e in results["dataset"]["image_warnings"] for w in e["warnings"] if w["kind"] == "DecoderMessage"]
+    assert any("TIFFFillStrip" in w["message"] for w in printed)
+    assert "DecoderMessage" in out  # one counted line: "while loading, the image library warned ..."
+
+
+def test_what_libtiff_prints_in_the_decode_checks_processes_is_kept_with_its_file_not_on_the_console(tmp_path, capfd):
+    broken = messy_library(tmp_path / "photos")
+    report = check_folder(scan_folder(tmp_path / "photos"), check="decode", cache_dir=None, decoders=2)
+    out, err = capfd.readouterr()
+    assert not RAW_DECODER_LINE.search(out + err), (out + err)[-3000:]
+    reasons = {p.path: p.reason for p in report.problems}
+    read_error, bad_code = broken["tiff_read_error"][0], broken["fax_bad_code"][0]
+    assert "the decoder printed: TIFFFillStrip: Read error on strip 0; got " in reasons[read_error]
+    assert "the decoder printed: Fax4Decode: Bad code word at line 0" in reasons[bad_code]
+    assert [w["kind"] for w in report.warnings[read_error]] == ["DecoderMessage"]
+    # a file that decodes although libtiff printed about it: its lines are that file's warnings
+    late_garbage = tmp_path / "photos" / "dogs" / "fax_late_garbage.tif"
+    late_garbage.write_bytes(late_garbage_fax(bad_code.read_bytes()))
+    again = check_folder(scan_folder(tmp_path / "photos"), check="decode", cache_dir=None)
+    assert late_garbage not in {p.path for p in again.problems}
+    assert {w["kind"] for w in again.warnings[late_garbage]} == {"DecoderMessage"}
+    assert again.warnings[late_garbage][0]["message"].startswith("Fax4Decode: Bad code word at line ")
+    out, err = capfd.readouterr()
+    assert not RAW_DECODER_LINE.search(out + err)
+
+
+def late_garbage_fax(garbage_fax: bytes) -> bytes:
+    """The fax TIFF of tests/messy_images.py with only the last three quarters of its strip garbage:
+    the decode finishes (those lines come out white), and libtiff prints about the first bad one."""
+    from tests.messy_images import _encode, _pixels, _strip_tags
+
+    good = _encode(Image.fromarray(_pixels((40, 32), 7)).convert("1"), "TIFF", compression="group4")
+    offset, length, _ = _strip_tags(good)
+    cut = offset + length // 4
+    return good[:cut] + b"\x01" * (offset + length - cut) + good[offset + length :]
 
 
 @pytest.mark.slow
@@ -179,9 +280,14 @@ def test_the_command_with_decode_check_lists_every_bad_file_exits_2_and_prints_n
     assert "Verdict" not in done.stdout and "overhead-bound" not in done.stdout
     assert "stopped before its first training step" in (run / "summary.txt").read_text()
     assert json.loads((run / "results.json").read_text())["status"] == "failed"
-    skip = run_cli([*args[:-2], f"hydra.run.dir={tmp_path / 'skip'}", "data.on_bad_sample=skip"], cwd=tmp_path)
+    assert sorted((run / "bad_files.txt").read_text().splitlines()) == sorted(str(p) for p, _ in broken.values())
+    assert not RAW_DECODER_LINE.search(done.stderr + done.stdout)  # libtiff's lines: in the reasons only
+    every_file = ["train_images=48", "val_images=64"]  # more than each split holds: every file is read
+    skip_args = [*args[:-2], *every_file, f"hydra.run.dir={tmp_path / 'skip'}", "data.on_bad_sample=skip"]
+    skip = run_cli(skip_args, cwd=tmp_path)
     assert skip.returncode == 0, skip.stderr[-3000:]
     assert "Traceback" not in skip.stderr and "Tag data larger than file" not in skip.stderr
+    assert not RAW_DECODER_LINE.search(skip.stderr + skip.stdout)
     # segperf's own "left out" warning reads as its notes do, not as Python's file:line: UserWarning
     assert "segperf: warning: data.on_bad_sample=skip: left out" in skip.stderr and "UserWarning" not in skip.stderr
     assert "the image library warned" in skip.stdout
