@@ -195,6 +195,13 @@ def test_an_option_name_both_folders_have_or_a_model_without_data_is_refused_on_
     assert workload_choice_problem(["model=cnn", "data=mnist"], CONFIG_DIR) is None  # segperf's own, no folder
 
 
+def test_the_tuner_refuses_a_model_without_data_as_training_does(capsys):
+    from segperf.tune.cli import main
+
+    assert main(["--config-dir", str(OWN_LOADERS / "conf"), "model=transformer"]) == 2
+    assert "segperf.tune: error: model=transformer is yours" in capsys.readouterr().err
+
+
 def run_from(folder: Path, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "segperf.train", *args, *QUIET, f"hydra.run.dir={tmp_path / 'run'}"]
     return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)

@@ -34,7 +34,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from segperf.command_line import options_first, output_folder_problem, quote_path_values
+from segperf.command_line import options_first, output_folder_problem, quote_path_values, workload_choice_problem
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError
 
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in options_first(sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun")]
     args = quote_path_values(["-m", *args])[1:]  # paths as segperf prints them (`=` and `,` too)
     if problem := output_folder_problem(["-m", *args], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
+        return fail([problem])
+    if problem := workload_choice_problem(args, CONFIG_DIR):  # as segperf.train: whose model and data
         return fail([problem])
     # what Hydra parses: a multirun (the sweeper is the tuner), unless a flag only shows something
     shows = any(a in SHOW_FLAGS or a.split("=", 1)[0] in SHOW_FLAGS for a in args)
