@@ -143,8 +143,9 @@ def test_a_rank_row_takes_steady_state_steps_and_the_device_step_mean():
     assert (row["device_step_mean_s"], row["gpu_util_mean_percent"], row["device"]) == (0.18, 80.0, "cuda:1")
 
 
-def test_summary_shows_the_total_and_one_row_per_rank():
+def test_summary_shows_the_total_one_row_per_rank_and_the_straggler_with_its_cause():
     rows = [row(0, 800, 100.0, 0.001, 0.03), row(1, 800, 99.0, 0.040, 0.03)]
+    rows[0]["arrivals"], rows[1]["arrivals"] = [0.031] * 50, [0.070] * 50  # paired, step by step
     results = {
         "status": "completed",
         "train": {"images": 1600, "steps": 100, "images_per_s": 199.0, "rank0_images_per_s": 100.0},
@@ -164,7 +165,8 @@ def test_summary_shows_the_total_and_one_row_per_rank():
     lines = text.splitlines()
     assert any(line.split()[:4] == ["1", "gpu-node-1", "cuda:1", "800"] for line in lines)
     assert any(line.split()[:3] == ["all", "1,600", "199.0"] for line in lines)
-    assert "Slowest rank: 1" in text
+    assert "Straggler: rank 1 waits for its data: last to reach the gradient all-reduce in 100% of 50 steps" in text
+    assert "arrivals" not in results["distributed"]["ranks"][0]  # used for the pairing, not kept
     assert any(line.split()[:4] == ["of", "which", "rank", "0"] for line in lines)
 
 
@@ -282,3 +284,35 @@ def test_an_error_on_one_rank_does_not_wait_for_the_others_to_checkpoint(tmp_pat
     assert saved == []  # the others sit in a collective: a checkpoint barrier would never return
     InterruptCheckpoint(tmp_path).on_exception(trainer, None, KeyboardInterrupt())
     assert saved == [tmp_path / "interrupted.ckpt"]  # Ctrl-C reaches every rank: all of them save
+
+
+@pytest.mark.parametrize(
+    ("slow_part", "cause"),
+    [("data_wait_mean_s", "data"), ("forward_mean_s", "host"), ("backward_compute_mean_s", "backward")],
+)
+def test_the_straggler_is_named_for_the_part_of_its_arrival_that_is_late(slow_part, cause):
+    rows = []
+    for rank in range(3):
+        r = {**row(rank, 80, 10.0, 0.002, 0.01), "backward_compute_mean_s": 0.02, "allreduce_wait_mean_s": 0.001}
+        r["arrivals"] = [0.032 + 0.0005 * (i % 3) for i in range(40)]
+        rows.append(r)
+    rows[2][slow_part] += 0.03
+    for r in rows:
+        r["ready_mean_s"] = r["data_wait_mean_s"] + r["forward_mean_s"] + r["backward_compute_mean_s"]
+    rows[2]["arrivals"] = [a + 0.03 for a in rows[2]["arrivals"]]
+    rows[0]["allreduce_wait_mean_s"] = rows[1]["allreduce_wait_mean_s"] = 0.031
+    found = combine(rows)["straggler"]
+    assert (found["rank"], found["cause"]) == (2, cause)
+    assert found["last_share"] == 1.0 and found["lag_median_s"] == pytest.approx(0.03, abs=0.002)
+    assert found["others_allreduce_wait_mean_s"] == pytest.approx(0.031)
+
+
+def test_a_rank_late_now_and_then_is_no_straggler():
+    # rank 1's mean is higher (one stall of 0.5 s), but it is last in only a few steps
+    a = [0.03 + 0.001 * (i % 2) for i in range(40)]
+    b = [0.03 + 0.001 * ((i + 1) % 2) for i in range(40)]
+    b[7] += 0.5
+    rows = [{**row(0, 80, 10.0, 0.0, 0.03), "arrivals": a}, {**row(1, 80, 10.0, 0.0125, 0.03), "arrivals": b}]
+    combined = combine(rows)
+    assert combined["slowest_rank"] == 1  # by the means, as a plain delta would say
+    assert combined["straggler"]["rank"] is None and "no rank stands out" in combined["straggler"]["text"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import time
 
 import lightning as L
@@ -101,10 +102,16 @@ def test_a_users_trainer_gets_results_and_the_summary(dict_run, capsys):
     assert "Load      1-min load" in text and "other processes" in text
 
 
-def test_the_summary_is_printed_at_the_end_of_fit(tmp_path, capsys):
-    fit(PerfMonitor(dirpath=tmp_path, peak_probe=False), max_steps=4)
-    out = capsys.readouterr().out
+def test_the_summary_is_logged_at_the_end_of_fit_and_can_be_silenced(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="segperf"):
+        fit(PerfMonitor(dirpath=tmp_path, peak_probe=False), max_steps=4)
+    out = "\n".join(r.getMessage() for r in caplog.records if r.name == "segperf")
     assert "Per-phase statistics" in out and f"Results: {tmp_path / 'results.json'}" in out
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="segperf"):
+        fit(PerfMonitor(dirpath=tmp_path / "quiet", peak_probe=False), max_steps=4)
+    assert not [r for r in caplog.records if r.name == "segperf"]
+    assert (tmp_path / "quiet" / "results.json").exists()  # silenced, still recorded
 
 
 def test_train_step_splits_into_forward_backward_and_optimizer_step_within_it(dict_run):

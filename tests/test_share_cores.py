@@ -4,6 +4,7 @@ measured after the warm-up; workers that idle, given threads and runs without wo
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import lightning as L
@@ -60,7 +61,7 @@ def torch_threads_restored():
 
 
 def fit(share: ShareCores, spin_s: float, workers: int = 2, steps: int = 12, step_s: float = 0.0) -> dict:
-    monitor = PerfMonitor(warmup_steps=1, peak_probe=False, write_files=False)
+    monitor = PerfMonitor(dirpath=tempfile.mkdtemp(), warmup_steps=1, peak_probe=False)
     trainer = L.Trainer(
         callbacks=[monitor, share],
         max_steps=steps,

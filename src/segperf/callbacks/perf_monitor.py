@@ -1,30 +1,42 @@
 """PerfMonitor: segperf's measurement as one callback, for any Lightning Trainer.
 
-    trainer = L.Trainer(callbacks=[PerfMonitor()])   # a user's own script, nothing else changed
-
 It is the set of measuring callbacks, each owning its part as Lightning's ThroughputMonitor and
 DeviceStatsMonitor do (set up in `setup`, recording in the batch hooks, writing its own section
 at the end): PhaseClock (phases, jitter, the train_step split, the sample rate), ResourceMonitor
-(CPU, RSS, GPU) and MfuMonitor (FLOPs per sample, MFU). PerfMonitor passes Lightning's hooks on
-to them and, at the end of `fit`, gathers their sections with the verdict into results.json and
-summary.txt in the trainer's log dir (or `dirpath`), prints the summary, and logs its scalars
-through the trainer's own loggers.
+(CPU, RSS, GPU), MfuMonitor (FLOPs per sample, MFU) and, under DDP, AllReduceWait (each rank's
+backward split into its compute and its wait in the gradient all-reduce). Those parts are
+PerfMonitor's own; use them through it.
 
-It needs no profiler of its own: the phase timings come from a tap on whatever profiler the
-Trainer has (segperf.callbacks.profiler_tap), so a user keeps theirs, or none.
+Under DDP (any strategy that starts several processes) every rank measures itself; at the end
+of `fit` every rank sends its row to rank 0 over a process group of PerfMonitor's own with a
+bounded timeout, so a rank that is gone cannot leave the others waiting for long; rank 0 alone
+writes and logs the summary, once, with one row per rank and the straggler named with its
+cause (segperf.perf.ranks).
 
-segperf's own runs use it too (conf/callbacks/default.yaml) with `write_files=False`: there the
-run's record (segperf.training.record) writes the files once the run is over (after a last
-validation, whatever happened), calling `record(results)` as it does for every callback that
-has one, and `span(phase)` times what the recipe does outside the Trainer.
+A monitor never breaks the run it measures: whatever fails inside PerfMonitor (a folder it
+cannot write, a model it cannot count FLOPs for, a batch it cannot size, a strategy it does not
+know) becomes one warning, and that part of the record says `not_measured`; the user's `fit`
+runs its steps and ends as it would have without it.
+
+Output goes through `logging` (logger "segperf"): the summary at INFO, problems at WARNING.
+`logging.getLogger("segperf").setLevel(logging.WARNING)` silences the summary.
+
+segperf's own runs use it too (conf/callbacks/default.yaml): there the run's record
+(segperf.training.record) writes the files once the run is over (after a last validation,
+whatever happened), calling `record(results)` as it does for every callback that has one, and
+`span(phase)` times what the recipe does outside the Trainer.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +45,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
+from segperf.callbacks.allreduce_wait import AllReduceWait
 from segperf.callbacks.batch_size import BatchSizeFn
 from segperf.callbacks.mfu_monitor import MfuMonitor
 from segperf.callbacks.phase_clock import PhaseClock
@@ -42,6 +55,7 @@ from segperf.perf.jitter import jitter_summary, log_histograms
 from segperf.perf.machine import machine_info
 from segperf.perf.machine_load import load_at_end, load_at_start
 from segperf.perf.phases import (
+    FETCH_ACTION,
     STEP_ACTION,
     account_phases,
     phase_of_action,
@@ -49,10 +63,13 @@ from segperf.perf.phases import (
     split_steps,
     steady_state_batches,
 )
+from segperf.perf.ranks import combine, rank_row, step_parts
 from segperf.perf.results import write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
 from segperf.perf.train_rate import train_section
 from segperf.perf.verdict import verdict
+
+log = logging.getLogger("segperf")
 
 # hooks PerfMonitor passes on to its parts unchanged
 FORWARDED_HOOKS = (
@@ -66,9 +83,69 @@ FORWARDED_HOOKS = (
     "on_validation_batch_end",
     "on_validation_end",
 )
+# how long rank 0 waits for the other ranks' rows at the end of fit before it writes its own alone
+GATHER_TIMEOUT_S = 120.0
+
+
+class _Stdout(logging.StreamHandler):
+    """A handler on whatever sys.stdout is when it writes (a test's capture, a notebook's cell)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ sets it
+        pass
+
+
+def _console() -> None:
+    """segperf's messages reach the console as Lightning's do (lightning.pytorch's __init__): at
+    INFO, through a handler of its own unless the application configured logging, in which case
+    they propagate to its handlers."""
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    if not log.handlers and not logging.getLogger().hasHandlers():
+        handler = _Stdout()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+
+
+_console()
 
 
 class PerfMonitor(L.Callback):
+    """Where a training run's time goes, for any Lightning Trainer.
+
+    At the end of ``fit`` it writes ``results.json`` and ``summary.txt`` into the trainer's log
+    dir (or ``dirpath``) and logs the summary: the phases (data wait, the copy to the device,
+    the train step split into forward, backward and optimizer step, validation, checkpoints),
+    the per-step jitter and starved steps, CPU/GPU utilization and memory, samples/s, FLOPs per
+    sample and MFU, a verdict (data-, host- or compute-bound) and advice as DataLoader and
+    Trainer arguments. Under DDP: one row per rank and the straggler with its cause. Every
+    ``log_every_n_steps`` it logs ``perf/samples_per_s`` and ``perf/data_wait_fraction`` to the
+    trainer's loggers (any kind), and at the end the phase shares, throughput and MFU.
+
+    Example::
+
+        import lightning as L
+        from segperf import PerfMonitor
+
+        trainer = L.Trainer(max_epochs=1, callbacks=[PerfMonitor()])
+        trainer.fit(model, datamodule)   # the summary is logged; results.json in trainer.log_dir
+
+    Args:
+        dirpath: where results.json and summary.txt go; default the trainer's log dir.
+        warmup_steps: the first training steps (compilation, caches), kept out of throughput.
+        batch_size_fn: samples in a batch; default the leading dimension of its first tensor.
+        sample_interval_s: resource sampling period (CPU, RSS, GPU utilization and memory).
+        measure: False keeps only the sample rate (a few host timestamps per batch), to
+            measure what measuring costs side by side.
+        peak_probe: MFU also against this machine's measured peak (~1 s once, then cached).
+        write_files: deprecated; segperf's own runs no longer need it.
+    """
+
     def __init__(
         self,
         dirpath: str | Path | None = None,
@@ -77,47 +154,92 @@ class PerfMonitor(L.Callback):
         sample_interval_s: float = 0.05,
         measure: bool = True,
         peak_probe: bool = True,
-        write_files: bool = True,
+        write_files: bool | None = None,
     ) -> None:
-        """
-        Args:
-            dirpath: where results.json and summary.txt go; default the trainer's log dir.
-            warmup_steps: the first training steps (compilation, caches), kept out of throughput.
-            batch_size_fn: samples in a batch; default the leading dimension of its first tensor.
-            sample_interval_s: resource sampling period (CPU, RSS, GPU utilization and memory).
-            measure: False keeps only the sample rate (a few host timestamps per batch), to
-                measure what measuring costs side by side.
-            peak_probe: MFU also against this machine's measured peak (~1 s once, then cached).
-            write_files: False when something else writes the record (segperf's own runs).
-        """
+        if write_files is not None:
+            warnings.warn(
+                "PerfMonitor(write_files=...) is deprecated: PerfMonitor writes results.json at the end of fit, "
+                "and segperf's own runs hand that to their record without it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.dirpath = None if dirpath is None else Path(dirpath)
-        self.measure, self.write_files = measure, write_files
+        self.measure = measure
+        # segperf's run record (segperf.training.record) writes the files itself and says so here
+        self._writes_files = write_files is not False
         self.clock = PhaseClock(warmup_steps, record_phases=measure, batch_size_fn=batch_size_fn)
         self.resources = ResourceMonitor(sample_interval_s) if measure else None
         self.mfu = MfuMonitor(batch_size_fn, peak_probe) if measure else None
-        self.parts: list[L.Callback] = [p for p in (self.clock, self.resources, self.mfu) if p is not None]
-        # per forwarded hook, the parts that implement it, bound once: Lightning calls the per-step
-        # ones a few times a step, and most parts have nothing to do in most of them
-        self._forwards: dict[str, tuple] = {
-            name: tuple(getattr(p, name) for p in self.parts if overrides(p, name)) for name in FORWARDED_HOOKS
-        }
+        self.allreduce = AllReduceWait() if measure else None
+        self.parts: list[L.Callback] = [
+            p for p in (self.clock, self.resources, self.mfu, self.allreduce) if p is not None
+        ]
+        self._bind_forwards()
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.run_start: float | None = None
         self.trainer: L.Trainer | None = None
         self.loader: dict[str, Any] = {}
         self.hooks_s = 0.0  # wall time inside PerfMonitor's own hooks (its parts' included)
+        # what failed inside the monitor, per part: said once, recorded, never raised to the run
+        self.not_measured: dict[str, str] = {}
+        self._folder: Path | None = None
+        self._gather_group: Any = None
+        self._live_from = 0  # the first step of the live scalars' current window
         # how busy the machine was around the run (results.json's machine_load), for a run whose
         # record nothing else keeps (a user's script); segperf's own record measures its whole run
         self._load_start: tuple[dict[str, Any], Any] | None = None
+
+    def _bind_forwards(self) -> None:
+        # per forwarded hook, the parts that implement it, bound once: Lightning calls the per-step
+        # ones a few times a step, and most parts have nothing to do in most of them
+        self._forwards: dict[str, tuple] = {
+            name: tuple((p, getattr(p, name)) for p in self.parts if overrides(p, name)) for name in FORWARDED_HOOKS
+        }
+
+    # -- a monitor never breaks the run ---------------------------------------------------------
+    def _failed(self, part: str, error: BaseException) -> None:
+        """One warning per part, the part marked not measured; the run goes on."""
+        if part not in self.not_measured:
+            self.not_measured[part] = f"{type(error).__name__}: {error}".strip().rstrip(":")
+            log.warning(
+                "segperf: PerfMonitor could not measure %s (%s); that part of the record is marked not "
+                "measured and training goes on",
+                part,
+                self.not_measured[part],
+            )
+
+    def _drop(self, part: L.Callback, error: BaseException) -> None:
+        """A part whose hook failed is taken out of the run (its record would be partial)."""
+        self._failed(type(part).__name__, error)
+        self.parts = [p for p in self.parts if p is not part]
+        self._bind_forwards()
+
+    def _safely(self, part: str, fn, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - whatever it is, the user's run must not see it
+            self._failed(part, error)
+            return None
+
+    def _each_part(self, hook: str, *args: Any) -> None:
+        for part in list(self.parts):
+            try:
+                getattr(part, hook)(*args)
+            except Exception as error:  # noqa: BLE001
+                self._drop(part, error)
 
     # -- the run around the Trainer -------------------------------------------------------------
     def begin(self) -> None:
         """The run starts: at the first `span` or at `setup`, whichever comes first."""
         if self.run_start is None:
             self.run_start = time.perf_counter()
-            self._load_start = load_at_start()
+            self._load_start = self._safely("machine load", load_at_start)
             if self.resources is not None:
-                self.resources.start()
+                try:
+                    self.resources.start()
+                except Exception as error:  # noqa: BLE001
+                    self._drop(self.resources, error)
+                    self.resources = None
 
     @contextmanager
     def span(self, phase: str) -> Iterator[None]:
@@ -138,36 +260,100 @@ class PerfMonitor(L.Callback):
         self.clock.marks.setdefault("fit_called", time.perf_counter())  # before the sampler thread starts
         self.begin()
         self.trainer = trainer
-        for part in self.parts:
-            part.setup(trainer, pl_module, stage)
+        if stage == "fit":
+            # collectives: every rank is here, at the same point (Trainer.log_dir is a broadcast)
+            self._folder = self._safely("the output folder", self._resolve_folder, trainer)
+            self._gather_group = self._safely("the per-rank gather", _gather_group, trainer)
+        self._each_part("setup", trainer, pl_module, stage)
+
+    def _resolve_folder(self, trainer) -> Path:
+        if self.dirpath is not None:
+            return self.dirpath
+        return Path(trainer.log_dir or trainer.default_root_dir or ".")
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.loader = loader_settings(trainer)  # the loaders exist from here on
-        for part in self.parts:
-            part.on_train_start(trainer, pl_module)
+        self.loader = self._safely("the training loader's settings", loader_settings, trainer) or {}
+        self._live_from = 0
+        self._each_part("on_train_start", trainer, pl_module)
+
+    def _forward(self, name: str, *args: Any) -> None:
+        """Lightning's hook `name` to each part that acts in it (timed as PerfMonitor's own cost);
+        a part that fails is dropped."""
+        if not self._forwards[name]:
+            return
+        entered = time.perf_counter()
+        for part, method in self._forwards[name]:
+            try:
+                method(*args)
+            except Exception as error:  # noqa: BLE001 - the user's run must not see it
+                self._drop(part, error)
+        self.hooks_s += time.perf_counter() - entered
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        self._forward("on_before_backward", trainer, pl_module, loss)
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self._forward("on_after_backward", trainer, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
+        every = trainer.log_every_n_steps
+        if every and self.clock.steps > self.clock.warmup_steps and self.clock.steps % every == 0:
+            entered = time.perf_counter()
+            self._safely("the live scalars", self._log_live, trainer)
+            self.hooks_s += time.perf_counter() - entered
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._forward("on_train_end", trainer, pl_module)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._forward("on_validation_start", trainer, pl_module)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._forward("on_validation_batch_start", trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._forward("on_validation_batch_end", trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._forward("on_validation_end", trainer, pl_module)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
-        for part in self.parts:
-            part.teardown(trainer, pl_module, stage)
-        if stage == "fit" and self.write_files:
-            self.write({"status": "completed"})
+        self._each_part("teardown", trainer, pl_module, stage)
+        if stage != "fit" or not self._writes_files:
+            return
+        results = self._safely("the record", self._measure, {"status": "completed"})
+        if results is None:
+            results = {"status": "completed", "not_measured": dict(self.not_measured)}
+        # every rank joins the gather, whatever failed on it before
+        self._safely("the per-rank gather", self._gather, trainer, results)
+        if trainer.is_global_zero:
+            self._safely("the summary", self._publish, results)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        for part in self.parts:
-            part.on_exception(trainer, pl_module, exception)
-        if self.write_files:
-            interrupted = isinstance(exception, KeyboardInterrupt)
-            self.write(
-                {
-                    "status": "interrupted" if interrupted else "failed",
-                    "error": f"{type(exception).__name__}: {exception}".strip().rstrip(":"),
-                }
-            )
+        """The run failed: its record says so, on rank 0 (no collective: another rank may be gone)."""
+        self._each_part("on_exception", trainer, pl_module, exception)
+        if not self._writes_files:
+            return
+        interrupted = isinstance(exception, KeyboardInterrupt)
+        status = {
+            "status": "interrupted" if interrupted else "failed",
+            "error": f"{type(exception).__name__}: {exception}".strip().rstrip(":"),
+        }
+        results = self._safely("the record", self._measure, status) or status
+        if trainer.is_global_zero:
+            self._safely("the summary", self._publish, results)
 
     # -- the end of the run ---------------------------------------------------------------------
     def record(self, results: dict[str, Any]) -> None:
-        """Fill `machine`, `train`, `phases`, `accounted`, `resources`, `jitter`, `throughput` and
-        `verdict`. Safe after a failure: sections whose inputs never came into being stay small."""
+        """Fill `machine`, `train`, `phases`, `accounted`, `resources`, `jitter`, `throughput`,
+        `verdict` and `not_measured`. Safe after a failure: sections whose inputs never came into
+        being stay small, and a section that cannot be measured is named in `not_measured`."""
         # the run ends with its last measured part: the fit's return or the last span after it, not
         # here (stopping the sampler thread, which can wait out an interval, is not the run's time)
         ends = [e for spans in self.spans.values() for _, e in spans] + [self.clock.marks.get("fit_returned")]
@@ -176,8 +362,8 @@ class PerfMonitor(L.Callback):
         clock, trainer = self.clock, self.trainer
         results.setdefault("notices", [])
         if "machine_load" not in results and self._load_start is not None:
-            results["machine_load"] = load_at_end(*self._load_start)
-        results["machine"] = machine_info()  # always: the report refuses to mix machines silently
+            results["machine_load"] = self._safely("machine load", load_at_end, *self._load_start)
+        results["machine"] = self._safely("the machine", machine_info) or {}  # the report refuses to mix machines
         if trainer is not None:
             results.setdefault("device", str(trainer.strategy.root_device))
             results.setdefault("precision", str(trainer.precision))
@@ -185,6 +371,7 @@ class PerfMonitor(L.Callback):
         if not self.measure:
             results["train"] = train_section(clock, sum(e - s for s, e in clock.validation), run)
             results["measurement"] = "off"
+            self._not_measured(results)
             return
         actions = clock.intervals()
         table = account_phases(self._phase_intervals(actions, run), run, self._calls())
@@ -193,7 +380,7 @@ class PerfMonitor(L.Callback):
             split = split_steps(actions.get(STEP_ACTION, []), clock.backward, clock.warmup_steps)
             if split["steps"]:
                 table.phases["train_step"]["split"] = split_rows(split, table.wall_s)
-            device_split = clock.device_split(clock.warmup_steps)
+            device_split = self._safely("the device split", clock.device_split, clock.warmup_steps)
             if device_split:
                 table.phases["train_step"]["device_split_s"] = device_split
         results["accounted"] = {
@@ -203,15 +390,79 @@ class PerfMonitor(L.Callback):
         }
         results["train"] = train_section(clock, table.phases.get("validation", {}).get("wall_s", 0.0), run)
         device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
-        self.resources.record(results, table.windows, device)
+        results.setdefault("resources", {})
+        if self.resources is not None:
+            self._safely("resources", self.resources.record, results, table.windows, device)
         batches = steady_state_batches(actions, clock.warmup_steps)
         results["jitter"] = self._jitter(actions, batches)
-        if trainer is not None:
-            self.mfu.record(results, trainer)
-        results["verdict"] = self._verdict(results, device)
+        if trainer is not None and self.mfu in self.parts:
+            self._safely("FLOPs and MFU", self.mfu.record, results, trainer)
+        if self.allreduce is not None and self.allreduce.state != "not started":
+            results["allreduce_timing"] = self.allreduce.state
+        results["verdict"] = self._safely("the verdict", self._verdict, results, device) or {
+            "kind": "unknown",
+            "text": "not measured",
+        }
         results["measurement_cost"] = self._cost(table.wall_s)
         if trainer is not None and trainer.is_global_zero:
-            self._log(trainer, results, batches)
+            self._safely("the logger scalars", self._log, trainer, results, batches)
+        self._not_measured(results)
+
+    def _not_measured(self, results: dict[str, Any]) -> None:
+        if self.not_measured:
+            results["not_measured"] = dict(self.not_measured)
+
+    def step_parts(self) -> dict[str, Any]:
+        """This rank's per-step parts after warm-up (segperf.perf.ranks.step_parts)."""
+        clock = self.clock
+        fetches = clock.intervals().get(FETCH_ACTION, [])
+        waits = [end - start for start, end in fetches]
+        last_bucket = self.allreduce.last_bucket if self.allreduce is not None else None
+        return step_parts(waits, clock.step_times, clock.backward, last_bucket, clock.warmup_steps)
+
+    def _measure(self, results: dict[str, Any]) -> dict[str, Any]:
+        results = {"dataset": {}, "train": {}, "quality": {}, "notices": [], **results}
+        self.record(results)
+        if self.trainer is not None:
+            results["quality"] = validation_metrics(self.trainer)
+        return results
+
+    def _gather(self, trainer, results: dict[str, Any]) -> None:
+        """Every rank's row to rank 0 (`results["distributed"]` there). A collective: every rank
+        calls it once, at the end of fit; a rank that is gone costs the others GATHER_TIMEOUT_S at
+        most, and rank 0 then writes its own record and says so."""
+        if self._gather_group is None or trainer.world_size < 2:
+            return
+        try:
+            parts = self.step_parts() if self.measure else {}
+            row = rank_row(results, trainer, parts)
+        except Exception as error:  # noqa: BLE001 - still join the collective, with an empty row
+            self._failed("this rank's row", error)
+            row = {"rank": trainer.global_rank, "status": "not measured", "images": 0, "steps": 0}
+            row["images_per_s"] = row["ready_mean_s"] = None
+        rows = gather_rows(row, trainer.world_size, self._gather_group)
+        if trainer.is_global_zero:
+            add_ranks(results, rows, trainer)
+
+    def _publish(self, results: dict[str, Any]) -> None:
+        """Rank 0: results.json and summary.txt in the folder, the summary logged. A folder that
+        cannot be written costs one warning; the summary is still logged."""
+        summary = format_run_summary(results)
+        folder = self._folder or self._resolve_folder(self.trainer)
+        try:
+            write_json_atomic(folder / "results.json", results)
+            write_text_atomic(folder / "summary.txt", summary)
+        except Exception as error:  # noqa: BLE001 - a full disk, a read-only or foreign folder
+            log.info("%s", summary.rstrip("\n"))
+            log.warning(
+                "segperf: PerfMonitor could not write results.json to %s (%s); training was not affected. "
+                "Pass PerfMonitor(dirpath=...) a folder you can write.",
+                folder,
+                error,
+            )
+            return
+        log.info("%s", summary.rstrip("\n"))
+        log.info("Results: %s", folder / "results.json")
 
     def _phase_intervals(self, actions: dict[str, list], run: tuple[float, float]) -> dict[str, list]:
         """Every phase's (start, end) records: the profiled actions, the spans, the clock's edges."""
@@ -244,7 +495,8 @@ class PerfMonitor(L.Callback):
         warm-up step, which throughput leaves out."""
         tap = self.clock.tap
         tap_s = tap.own_s if tap is not None else 0.0
-        sampler_s = self.resources.sampler.thread_cpu_s if self.resources.sampler is not None else 0.0
+        sampler = self.resources.sampler if self.resources is not None else None
+        sampler_s = sampler.thread_cpu_s if sampler is not None else 0.0
         spent = self.hooks_s + tap_s + sampler_s
         return {
             "hooks_s": self.hooks_s,
@@ -268,7 +520,8 @@ class PerfMonitor(L.Callback):
             "train_step_s": [round(x, 6) for x in every["train_step"]],
             "forward_s": [round(x, 6) for x in clock.forward_s],
         }
-        device_steps = clock.device_step_times()[clock.warmup_steps :]
+        device_steps = self._safely("device step times", clock.device_step_times) or []
+        device_steps = device_steps[clock.warmup_steps :]
         if device_steps:
             jitter["device_step"] = jitter_summary([0.0] * len(device_steps), device_steps)["train_step"]
         return jitter
@@ -300,6 +553,26 @@ class PerfMonitor(L.Callback):
             "workers_cores": workers / 100.0,
         }
 
+    def _log_live(self, trainer) -> None:
+        """Every `log_every_n_steps` after warm-up: samples/s and the data-wait share over the
+        steps since the last time, to the trainer's loggers (rank 0's; Lightning's loggers
+        write on rank 0 only)."""
+        clock = self.clock
+        first = max(self._live_from, clock.warmup_steps)
+        self._live_from = clock.steps
+        if clock.steps - first < 1 or first < 1:
+            return
+        start, end = clock.step_times[first - 1][1], clock.step_times[-1][1]
+        if end <= start:
+            return
+        metrics = {"perf/samples_per_s": sum(clock.step_images[first:]) / (end - start)}
+        fetches = clock.intervals().get(FETCH_ACTION, [])
+        if len(fetches) >= clock.steps:
+            waited = sum(e - s for s, e in fetches[first : clock.steps])
+            metrics["perf/data_wait_fraction"] = waited / (end - start)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
     def _log(self, trainer, results: dict[str, Any], batches: dict[str, list[float]]) -> None:
         """Scalars through the trainer's own loggers (any kind); TensorBoard also gets the resource
         time series and the jitter histograms."""
@@ -314,49 +587,89 @@ class PerfMonitor(L.Callback):
             logger.log_metrics(metrics, step=trainer.global_step)
             if isinstance(logger, TensorBoardLogger):
                 log_histograms(logger.experiment, batches, trainer.global_step)
-        self.resources.log_series(trainer, self.run_start or 0.0)
+        if self.resources is not None:
+            self.resources.log_series(trainer, self.run_start or 0.0)
         for logger in trainer.loggers:
             logger.save()
 
     def write(self, results: dict[str, Any]) -> dict[str, Any]:
-        """A user's run: results.json and summary.txt (printed too) in `dirpath` or the log dir."""
-        trainer = self.trainer
-        results = {"dataset": {}, "train": {}, "quality": {}, "notices": [], **results}
-        self.record(results)
-        if trainer is not None:
-            results["quality"] = validation_metrics(trainer)
-        if trainer is not None and not trainer.is_global_zero:
-            return results
-        folder = self.dirpath or Path(trainer.log_dir if trainer is not None and trainer.log_dir else ".")
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(folder / "results.json", results)
-        summary = format_run_summary(results)
-        write_text_atomic(folder / "summary.txt", summary)
-        print(summary, end="")
-        print(f"Results: {folder / 'results.json'}")
+        """Measure and publish now (rank 0), outside a Trainer's end of fit; returns the record."""
+        results = self._measure(results)
+        if self.trainer is None or self.trainer.is_global_zero:
+            self._publish(results)
         return results
+
+
+def _gather_group(trainer):
+    """A gloo process group of PerfMonitor's own, with a bounded timeout, for the end-of-fit
+    gather (None in a single process). Its own so that a rank gone at the end costs the others
+    GATHER_TIMEOUT_S, not the default group's 30 minutes; gloo so that the rows (Python objects)
+    travel on the CPU whatever the training backend is. Every rank creates it, at setup."""
+    dist = torch.distributed
+    if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=GATHER_TIMEOUT_S))
+
+
+def gather_rows(row: dict[str, Any], world_size: int, group=None) -> list[dict[str, Any]]:
+    """Every rank's row, on every rank, sorted by rank (torch.distributed.all_gather_object)."""
+    rows: list[Any] = [None] * world_size
+    torch.distributed.all_gather_object(rows, row, group=group)
+    return sorted(rows, key=lambda r: r["rank"])
+
+
+def add_ranks(results: dict[str, Any], rows: list[dict[str, Any]], trainer) -> None:
+    """Rank 0: `results["distributed"]` with the rows and their combination, `train` turned into
+    the whole run's numbers (rank 0's own stay in its row), the per-rank scalars to its loggers."""
+    combined = combine(rows)
+    results["distributed"] = {
+        "strategy": type(trainer.strategy).__name__,
+        "backend": torch.distributed.get_backend(),
+        "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
+        "devices_per_node": trainer.num_devices,
+        "hosts": sorted({r.get("host", "?") for r in rows}),
+        **combined,
+        "ranks": rows,
+    }
+    train = results.setdefault("train", {})
+    train["rank0_images_per_s"] = train.get("images_per_s")
+    train["images"] = combined["images"]
+    train["images_per_s"] = combined["images_per_s"]
+    log_ranks(trainer, results)
+
+
+# the per-rank quantities every logger gets, one series per rank: a straggler stands out
+RANK_SCALARS = (
+    "images_per_s",
+    "data_wait_mean_s",
+    "train_step_mean_s",
+    "forward_mean_s",
+    "backward_compute_mean_s",
+    "allreduce_wait_mean_s",
+    "ready_mean_s",
+)
+
+
+def log_ranks(trainer, results: dict[str, Any]) -> None:
+    """The per-rank rows to rank 0's loggers, any kind (`ranks/<quantity>/rank<N>`)."""
+    dist = results.get("distributed")
+    if not dist:
+        return
+    metrics = {
+        f"ranks/{quantity}/rank{row['rank']}": float(row[quantity])
+        for row in dist["ranks"]
+        for quantity in RANK_SCALARS
+        if row.get(quantity) is not None
+    }
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)
+        logger.save()
 
 
 def overrides(callback: L.Callback, hook: str) -> bool:
     """Whether `callback` does anything in `hook` (Lightning's base Callback does nothing in any)."""
     return getattr(type(callback), hook) is not getattr(L.Callback, hook)
-
-
-def _forward(name: str):
-    def hook(self: PerfMonitor, *args: Any, **kwargs: Any) -> None:
-        methods = self._forwards[name]
-        if methods:
-            entered = time.perf_counter()
-            for method in methods:
-                method(*args, **kwargs)
-            self.hooks_s += time.perf_counter() - entered
-
-    hook.__name__ = name
-    return hook
-
-
-for _name in FORWARDED_HOOKS:
-    setattr(PerfMonitor, _name, _forward(_name))
 
 
 def train_loader(trainer) -> DataLoader | None:

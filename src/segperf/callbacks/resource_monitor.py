@@ -9,6 +9,7 @@ windows at the end, so nothing runs per step.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import lightning as L
@@ -42,7 +43,7 @@ class ResourceMonitor(L.Callback):
             self.sampler.start()
             if rank_zero_only.rank == 0:
                 for note in self.sampler.notes:
-                    print(f"segperf: note: {note}")
+                    logging.getLogger("segperf").info("segperf: note: %s", note)
         return self.sampler
 
     def setup(self, trainer, pl_module, stage: str) -> None:

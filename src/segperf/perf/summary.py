@@ -300,21 +300,28 @@ def _progress_rows(results: dict[str, Any]) -> list[str]:
 
 
 def _rank_rows(dist: dict[str, Any], unit: str) -> list[str]:
-    """One row per rank (where it ran, what it trained on, its times per step), then the slowest."""
+    """One row per rank (where it ran, what it trained on, its times per step), then the
+    straggler with its cause and evidence (segperf.perf.ranks), or the slowest rank of an older
+    record."""
     rows = [
         f"{dist['world_size']} ranks on {dist['num_nodes']} node(s) x {dist['devices_per_node']} device(s), "
         f"{dist['strategy']} over {dist['backend']}; hosts: {', '.join(dist['hosts'])}",
         f"{'rank':>4} {'host':<16}{'device':<9}{unit:>8}{'steps':>7}{unit + '/s':>10}"
-        f"{'wait (ms)':>11}{'step (ms)':>11}{'fwd (ms)':>10}{'ready (ms)':>12}",
+        f"{'wait (ms)':>11}{'step (ms)':>11}{'fwd (ms)':>10}{'bwd (ms)':>10}{'in AR (ms)':>12}{'ready (ms)':>12}",
     ]
     for r in dist["ranks"]:
         rows.append(
-            f"{r['rank']:>4} {r['host'][:15]:<16}{r['device'][:8]:<9}{r['images'] or 0:>8,}{r['steps'] or 0:>7,}"
-            f"{_num(r['images_per_s'], ',.1f'):>10}{_ms(r['data_wait_mean_s']):>11}{_ms(r['train_step_mean_s']):>11}"
-            f"{_ms(r['forward_mean_s']):>10}{_ms(r['ready_mean_s']):>12}"
+            f"{r['rank']:>4} {str(r.get('host', '?'))[:15]:<16}{str(r.get('device', '?'))[:8]:<9}"
+            f"{r.get('images') or 0:>8,}{r.get('steps') or 0:>7,}"
+            f"{_num(r.get('images_per_s'), ',.1f'):>10}{_ms(r.get('data_wait_mean_s')):>11}"
+            f"{_ms(r.get('train_step_mean_s')):>11}{_ms(r.get('forward_mean_s')):>10}"
+            f"{_ms(r.get('backward_compute_mean_s')):>10}{_ms(r.get('allreduce_wait_mean_s')):>12}"
+            f"{_ms(r.get('ready_mean_s')):>12}"
         )
     rows.append(f"{'all':>4} {'':<16}{'':<9}{dist['images']:>8,}{'':>7}{_num(dist['images_per_s'], ',.1f'):>10}")
-    if dist.get("slowest_rank") is not None:
+    if dist.get("straggler"):
+        rows.append(f"Straggler: {dist['straggler']['text']}")
+    elif dist.get("slowest_rank") is not None:
         rows.append(
             f"Slowest rank: {dist['slowest_rank']} (reaches the gradient all-reduce "
             f"{dist['slowest_lag_s'] * 1e3:,.1f} ms per step after the median of the others)"
@@ -332,7 +339,8 @@ def _distributed_notes(dist: dict[str, Any] | None, unit: str) -> list[str]:
     return [
         f"Data-parallel run: {unit} and train {unit}/s add up all ranks; phases, resources, jitter, TFLOP/s and "
         "MFU are rank 0's (per device; its process tree holds the ranks Lightning started on its node). "
-        "ready = data wait + forward: when a rank joins the gradient all-reduce.",
+        "bwd = backward computed before this rank's last gradient bucket was ready; in AR = its wait inside the "
+        "gradient all-reduce for the other ranks; ready = data wait + forward + bwd: when it joins the all-reduce.",
     ]
 
 

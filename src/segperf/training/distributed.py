@@ -12,23 +12,21 @@ for the command, so `per_job_rank_commands` swaps its module-level helper for th
 nothing is re-launched; every rank runs in the job's folder and only rank 0 writes the run's
 files (segperf.training.run).
 
-Each rank measures itself (phases, per-batch data wait and step times); `gather_ranks` brings
-one row per rank to rank 0 (torch.distributed.all_gather_object), adds them up and names the
-slowest rank: in DDP every step ends with a gradient all-reduce, so the rank that reaches it
-last (longest data wait + forward) sets the pace and the others wait for it.
+Each rank measures itself (PerfMonitor, whatever started the ranks); `gather_ranks` brings one
+row per rank to rank 0 and names the straggler with its cause (segperf.perf.ranks).
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from statistics import fmean, median
 from typing import Any
 
 import torch
+
+from segperf.perf.ranks import combine, rank_row  # noqa: F401 - their home before segperf.perf.ranks
 
 # Hydra's options that choose the config; the per-rank command keeps them (with their values)
 CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir")
@@ -80,119 +78,15 @@ def per_job_rank_commands() -> Iterator[None]:
         subprocess_script._hydra_subprocess_cmd = original
 
 
-def _mean(values: list[float]) -> float | None:
-    return fmean(values) if values else None
+def gather_ranks(results: dict[str, Any], trainer, parts: dict[str, Any] | None = None) -> None:
+    """On every rank: send this rank's row to rank 0. On rank 0: `results["distributed"]` with the
+    per-rank rows, their combination and the straggler, `train` turned into the whole run's
+    numbers, the per-rank scalars logged. A collective: every rank must call it, after training."""
+    from segperf.callbacks.perf_monitor import add_ranks, gather_rows
 
-
-def rank_row(results: dict[str, Any], trainer) -> dict[str, Any]:
-    """This rank's row: where it ran, what it trained on, and its steady-state times per step."""
-    train = results.get("train", {})
-    per_batch = results.get("jitter", {}).get("per_batch", {})
-    warm = per_batch.get("warmup_steps", 0)
-    if len(per_batch.get("train_step_s", [])) <= warm:
-        warm = 0  # too few steps to leave warm-up out (as for images/s): all of them rather than none
-    waits = per_batch.get("data_wait_s", [])[warm:]
-    steps = per_batch.get("train_step_s", [])[warm:]
-    forward = per_batch.get("forward_s", [])[warm:]
-    ready = [w + f for w, f in zip(waits, forward, strict=False)]  # lists of one run: same length
-    device_step = results.get("jitter", {}).get("device_step") or {}
-    resources = results.get("resources") or {}
-    return {
-        "rank": trainer.global_rank,
-        "node_rank": trainer.node_rank,
-        "local_rank": trainer.local_rank,
-        "host": socket.gethostname(),
-        "device": str(trainer.strategy.root_device),
-        "status": results.get("status"),
-        "images": train.get("images"),
-        "steps": train.get("steps"),
-        "images_per_s": train.get("images_per_s"),
-        "wall_s": train.get("wall_s"),
-        "data_wait_s": sum(waits),
-        "data_wait_mean_s": _mean(waits),
-        "train_step_s": sum(steps),
-        "train_step_mean_s": _mean(steps),
-        "forward_mean_s": _mean(forward),
-        # data wait + forward per step: when this rank reaches the gradient all-reduce
-        "ready_mean_s": _mean(ready),
-        "device_step_mean_s": device_step.get("mean"),  # a jitter distribution (CUDA events)
-        # this rank's process tree (rank 0's holds the ranks Lightning started on its node)
-        "cpu_mean_percent": resources.get("cpu_mean_percent"),
-        "gpu_util_mean_percent": resources.get("gpu_util_mean_percent"),
-        "peak_allocated_bytes": resources.get("peak_allocated_bytes"),
-    }
-
-
-def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The whole run from its ranks' rows: images and images/s added up, the slowest rank named.
-
-    Total images/s is the sum of the ranks' own rates (each over its own steady state): the
-    ranks step together, so it equals the global batch over the time of one step."""
-    rates = [row["images_per_s"] for row in rows]
-    ready = {row["rank"]: row["ready_mean_s"] for row in rows if row["ready_mean_s"] is not None}
-    combined: dict[str, Any] = {
-        "images": sum(row["images"] or 0 for row in rows),
-        "steps_per_rank": [row["steps"] for row in rows],
-        "images_per_s": sum(rates) if rates and None not in rates else None,
-        "slowest_rank": None,
-        "slowest_by": "ready_mean_s (data wait + forward per step: the last rank to reach the all-reduce)",
-        "slowest_lag_s": None,
-    }
-    if len(ready) > 1:
-        slowest = max(ready, key=ready.__getitem__)
-        others = [value for rank, value in ready.items() if rank != slowest]
-        combined["slowest_rank"] = slowest
-        # how much later than the typical other rank it arrives, per step: what the others wait
-        combined["slowest_lag_s"] = ready[slowest] - median(others)
-    return combined
-
-
-def gather_ranks(results: dict[str, Any], trainer) -> None:
-    """On every rank: send this rank's row to rank 0. On rank 0: `results["distributed"]` with
-    the per-rank rows and their combination, and `train` turned into the whole run's numbers
-    (rank 0's own stay in its row). A collective: every rank must call it, after training."""
-    row = rank_row(results, trainer)
-    world = trainer.world_size
-    rows: list[Any] = [None] * world
-    torch.distributed.all_gather_object(rows, row)
-    if not trainer.is_global_zero:
-        return
-    rows.sort(key=lambda r: r["rank"])
-    combined = combine(rows)
-    results["distributed"] = {
-        "strategy": type(trainer.strategy).__name__,
-        "backend": torch.distributed.get_backend(),
-        "world_size": world,
-        "num_nodes": trainer.num_nodes,
-        "devices_per_node": trainer.num_devices,
-        "hosts": sorted({r["host"] for r in rows}),
-        **combined,
-        "ranks": rows,
-    }
-    train = results.setdefault("train", {})
-    train["rank0_images_per_s"] = train.get("images_per_s")
-    train["images"] = combined["images"]
-    train["images_per_s"] = combined["images_per_s"]
-
-
-def log_ranks(trainer, results: dict[str, Any]) -> None:
-    """The per-rank rows in TensorBoard (rank 0's loggers): one chart per quantity, one series
-    per rank (`ranks/<quantity>/rank<N>`), so a straggler stands out next to the others."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
-    dist = results.get("distributed")
-    if not dist:
-        return
-    quantities = ("images_per_s", "data_wait_mean_s", "train_step_mean_s", "ready_mean_s")
-    for logger in trainer.loggers:
-        if not isinstance(logger, TensorBoardLogger):
-            continue
-        writer = logger.experiment
-        for row in dist["ranks"]:
-            for quantity in quantities:
-                if row.get(quantity) is not None:
-                    writer.add_scalar(f"ranks/{quantity}/rank{row['rank']}", row[quantity], trainer.global_step)
-        writer.flush()
+    rows = gather_rows(rank_row(results, trainer, parts), trainer.world_size)
+    if trainer.is_global_zero:
+        add_ranks(results, rows, trainer)
 
 
 def is_distributed() -> bool:
