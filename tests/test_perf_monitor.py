@@ -91,7 +91,9 @@ def test_a_users_trainer_gets_results_and_the_summary(dict_run, capsys):
     assert results["jitter"]["train_step"]["count"] == 14  # after the 2 warm-up steps
     assert results["resources"]["cpu_mean_percent"] is not None
     assert results["throughput"]["train_flops_per_image"] > results["throughput"]["val_flops_per_image"] > 0
-    assert results["quality"].keys() == {"val_loss", "val_acc"}  # whatever the module logged in validation
+    quality = results["quality"]  # whatever the module logged in validation, judged as segperf.train judges it
+    assert {"val_loss", "val_acc", "first_val_acc", "val_history"} <= quality.keys()
+    assert (quality["metric"], quality["mode"]) == ("val_acc", "max")
     # a run of 16 tiny steps can be mostly its warm-up: that is a verdict too
     assert results["verdict"]["kind"] in {"compute-bound", "overhead-bound", "data-bound", "warm-up-bound"}
     text = (folder / "summary.txt").read_text()

@@ -36,7 +36,6 @@ import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from segperf.callbacks.allreduce_wait import AllReduceWait
 from segperf.callbacks.batch_size import BatchSizeFn
 from segperf.callbacks.mfu_monitor import MfuMonitor
 from segperf.callbacks.phase_clock import PhaseClock
+from segperf.callbacks.rank_gather import add_ranks, gather_group, gather_rows
 from segperf.callbacks.resource_monitor import ResourceMonitor
 from segperf.config import available_cores
 from segperf.perf.jitter import jitter_summary, log_histograms
@@ -63,11 +63,13 @@ from segperf.perf.phases import (
     split_steps,
     steady_state_batches,
 )
-from segperf.perf.ranks import combine, rank_row, step_parts
+from segperf.perf.ranks import rank_row, step_parts
 from segperf.perf.results import write_json_atomic, write_text_atomic
 from segperf.perf.summary import format_run_summary
 from segperf.perf.train_rate import train_section
 from segperf.perf.verdict import verdict
+from segperf.quality import declared, is_validation_metric, results_key
+from segperf.training.quality import ValidationMetrics, quality_section
 
 log = logging.getLogger("segperf")
 
@@ -171,8 +173,9 @@ class PerfMonitor(L.Callback):
         self.resources = ResourceMonitor(sample_interval_s) if measure else None
         self.mfu = MfuMonitor(batch_size_fn, peak_probe) if measure else None
         self.allreduce = AllReduceWait() if measure else None
+        self.validations = ValidationMetrics()  # every metric validation logged, one entry per validation
         self.parts: list[L.Callback] = [
-            p for p in (self.clock, self.resources, self.mfu, self.allreduce) if p is not None
+            p for p in (self.clock, self.resources, self.mfu, self.allreduce, self.validations) if p is not None
         ]
         self._bind_forwards()
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -263,7 +266,7 @@ class PerfMonitor(L.Callback):
         if stage == "fit":
             # collectives: every rank is here, at the same point (Trainer.log_dir is a broadcast)
             self._folder = self._safely("the output folder", self._resolve_folder, trainer)
-            self._gather_group = self._safely("the per-rank gather", _gather_group, trainer)
+            self._gather_group = self._safely("the per-rank gather", gather_group, trainer, GATHER_TIMEOUT_S)
         self._each_part("setup", trainer, pl_module, stage)
 
     def _resolve_folder(self, trainer) -> Path:
@@ -424,8 +427,18 @@ class PerfMonitor(L.Callback):
         results = {"dataset": {}, "train": {}, "quality": {}, "notices": [], **results}
         self.record(results)
         if self.trainer is not None:
-            results["quality"] = validation_metrics(self.trainer)
+            results["quality"] = self._quality(self.trainer)
         return results
+
+    def _quality(self, trainer) -> dict[str, Any]:
+        """results.json's `quality`: every validation's logged metrics, judged by the one the
+        module declares (segperf.quality), else by the default rule; after a fit whose
+        validations were not seen (none ran), what the trainer holds from validation."""
+        history = self.validations.history if self.validations in self.parts else []
+        if not history:
+            last = validation_metrics(trainer)
+            history = [{"step": int(trainer.global_step), **last}] if last else []
+        return quality_section(history, declared(trainer.lightning_module))
 
     def _gather(self, trainer, results: dict[str, Any]) -> None:
         """Every rank's row to rank 0 (`results["distributed"]` there). A collective: every rank
@@ -600,73 +613,6 @@ class PerfMonitor(L.Callback):
         return results
 
 
-def _gather_group(trainer):
-    """A gloo process group of PerfMonitor's own, with a bounded timeout, for the end-of-fit
-    gather (None in a single process). Its own so that a rank gone at the end costs the others
-    GATHER_TIMEOUT_S, not the default group's 30 minutes; gloo so that the rows (Python objects)
-    travel on the CPU whatever the training backend is. Every rank creates it, at setup."""
-    dist = torch.distributed
-    if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
-        return None
-    return dist.new_group(backend="gloo", timeout=timedelta(seconds=GATHER_TIMEOUT_S))
-
-
-def gather_rows(row: dict[str, Any], world_size: int, group=None) -> list[dict[str, Any]]:
-    """Every rank's row, on every rank, sorted by rank (torch.distributed.all_gather_object)."""
-    rows: list[Any] = [None] * world_size
-    torch.distributed.all_gather_object(rows, row, group=group)
-    return sorted(rows, key=lambda r: r["rank"])
-
-
-def add_ranks(results: dict[str, Any], rows: list[dict[str, Any]], trainer) -> None:
-    """Rank 0: `results["distributed"]` with the rows and their combination, `train` turned into
-    the whole run's numbers (rank 0's own stay in its row), the per-rank scalars to its loggers."""
-    combined = combine(rows)
-    results["distributed"] = {
-        "strategy": type(trainer.strategy).__name__,
-        "backend": torch.distributed.get_backend(),
-        "world_size": trainer.world_size,
-        "num_nodes": trainer.num_nodes,
-        "devices_per_node": trainer.num_devices,
-        "hosts": sorted({r.get("host", "?") for r in rows}),
-        **combined,
-        "ranks": rows,
-    }
-    train = results.setdefault("train", {})
-    train["rank0_images_per_s"] = train.get("images_per_s")
-    train["images"] = combined["images"]
-    train["images_per_s"] = combined["images_per_s"]
-    log_ranks(trainer, results)
-
-
-# the per-rank quantities every logger gets, one series per rank: a straggler stands out
-RANK_SCALARS = (
-    "images_per_s",
-    "data_wait_mean_s",
-    "train_step_mean_s",
-    "forward_mean_s",
-    "backward_compute_mean_s",
-    "allreduce_wait_mean_s",
-    "ready_mean_s",
-)
-
-
-def log_ranks(trainer, results: dict[str, Any]) -> None:
-    """The per-rank rows to rank 0's loggers, any kind (`ranks/<quantity>/rank<N>`)."""
-    dist = results.get("distributed")
-    if not dist:
-        return
-    metrics = {
-        f"ranks/{quantity}/rank{row['rank']}": float(row[quantity])
-        for row in dist["ranks"]
-        for quantity in RANK_SCALARS
-        if row.get(quantity) is not None
-    }
-    for logger in trainer.loggers:
-        logger.log_metrics(metrics, step=trainer.global_step)
-        logger.save()
-
-
 def overrides(callback: L.Callback, hook: str) -> bool:
     """Whether `callback` does anything in `hook` (Lightning's base Callback does nothing in any)."""
     return getattr(type(callback), hook) is not getattr(L.Callback, hook)
@@ -708,9 +654,9 @@ def loader_settings(trainer) -> dict[str, Any]:
 
 
 def validation_metrics(trainer) -> dict[str, float]:
-    """The run's last validation metrics (names starting with 'val'), as results.json's `quality`."""
+    """The validation metrics the trainer holds now, keyed as results.json keys them."""
     quality = {}
     for name, value in trainer.callback_metrics.items():
-        if name.startswith("val") and (not isinstance(value, torch.Tensor) or value.numel() == 1):
-            quality[name.replace("/", "_")] = float(value)
+        if is_validation_metric(name) and (not isinstance(value, torch.Tensor) or value.numel() == 1):
+            quality[results_key(name)] = float(value)
     return quality

@@ -82,7 +82,7 @@ def gather_ranks(results: dict[str, Any], trainer, parts: dict[str, Any] | None 
     """On every rank: send this rank's row to rank 0. On rank 0: `results["distributed"]` with the
     per-rank rows, their combination and the straggler, `train` turned into the whole run's
     numbers, the per-rank scalars logged. A collective: every rank must call it, after training."""
-    from segperf.callbacks.perf_monitor import add_ranks, gather_rows
+    from segperf.callbacks.rank_gather import add_ranks, gather_rows
 
     rows = gather_rows(rank_row(results, trainer, parts), trainer.world_size)
     if trainer.is_global_zero:
