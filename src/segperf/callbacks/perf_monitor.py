@@ -169,6 +169,15 @@ class PerfMonitor(L.Callback):
         self.measure = measure
         # segperf's run record (segperf.training.record) writes the files itself and says so here
         self._writes_files = write_files is not False
+        self._settings = (warmup_steps, batch_size_fn, sample_interval_s, peak_probe)
+        self._fits = 0
+        self._start_measuring()
+
+    def _start_measuring(self) -> None:
+        """Fresh parts and state: at construction, and for each further `fit` of the same Trainer
+        (each fit is a record of its own)."""
+        warmup_steps, batch_size_fn, sample_interval_s, peak_probe = self._settings
+        measure = self.measure
         self.clock = PhaseClock(warmup_steps, record_phases=measure, batch_size_fn=batch_size_fn)
         self.resources = ResourceMonitor(sample_interval_s) if measure else None
         self.mfu = MfuMonitor(batch_size_fn, peak_probe) if measure else None
@@ -260,6 +269,10 @@ class PerfMonitor(L.Callback):
 
     # -- Lightning's hooks ----------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            if self._fits:  # a second fit of the same Trainer: a record of its own
+                self._start_measuring()
+            self._fits += 1
         self.clock.marks.setdefault("fit_called", time.perf_counter())  # before the sampler thread starts
         self.begin()
         self.trainer = trainer
