@@ -46,7 +46,7 @@ def test_a_full_disk_costs_one_warning_and_the_summary_is_still_logged(tmp_path,
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr("segperf.callbacks.perf_monitor.write_json_atomic", full)
+    monkeypatch.setattr("segperf.perf.results.write_json_atomic", full)
     with caplog.at_level(logging.INFO, logger="segperf"):
         trainer = fit(PerfMonitor(dirpath=tmp_path, peak_probe=False))
     assert trainer.global_step == STEPS

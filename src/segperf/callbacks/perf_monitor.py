@@ -64,7 +64,7 @@ from segperf.perf.phases import (
     steady_state_batches,
 )
 from segperf.perf.ranks import rank_row, step_parts
-from segperf.perf.results import write_json_atomic, write_text_atomic
+from segperf.perf.results import write_record
 from segperf.perf.summary import format_run_summary
 from segperf.perf.train_rate import train_section
 from segperf.perf.verdict import verdict
@@ -476,8 +476,7 @@ class PerfMonitor(L.Callback):
         summary = format_run_summary(results)
         folder = self._folder or self._resolve_folder(self.trainer)
         try:
-            write_json_atomic(folder / "results.json", results)
-            write_text_atomic(folder / "summary.txt", summary)
+            write_record(folder, results, summary)
         except Exception as error:  # noqa: BLE001 - a full disk, a read-only or foreign folder
             log.info("%s", summary.rstrip("\n"))
             log.warning(

@@ -52,6 +52,16 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def write_record(folder: str | Path, results: dict[str, Any], summary: str) -> Path:
+    """A run's record: results.json and summary.txt in `folder`, each atomically (results.json
+    first: a reader that finds summary.txt finds the record it summarizes). The one writer of
+    both, for PerfMonitor in a user's Trainer and for segperf's own runs."""
+    folder = Path(folder)
+    write_json_atomic(folder / "results.json", results)
+    write_text_atomic(folder / "summary.txt", summary)
+    return folder / "results.json"
+
+
 def record_failure(results: dict[str, Any], error: BaseException) -> None:
     """Status, one-line error and traceback of a run that ended by an exception (Ctrl-C counts as
     interrupted), so that results.json says what happened even when the run did not finish."""

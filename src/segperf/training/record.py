@@ -26,7 +26,7 @@ from segperf.data.filechecks import write_bad_files
 from segperf.data.skips import warnings_line
 from segperf.errors import explain, is_worker_error
 from segperf.perf.machine_load import load_at_end, load_at_start
-from segperf.perf.results import record_failure, write_json_atomic, write_text_atomic
+from segperf.perf.results import record_failure, write_json_atomic, write_record
 from segperf.perf.summary import NOT_TRAINED, format_not_trained, format_run_summary
 from segperf.quality import as_quality, declared, metric_names, of_results
 from segperf.schema import check_settings
@@ -248,12 +248,10 @@ class RunRecord:
         if trainer is not None:
             log_hparams(trainer, results)
         write_bad_files(self.run_dir, results["dataset"], error)  # before results.json: it completes dataset
-        write_json_atomic(self.run_dir / "results.json", results)
-        if self.never_trained:  # the error says what stopped it; no tables about a run that never ran
-            write_text_atomic(self.run_dir / "summary.txt", format_not_trained(results))
-        else:
-            summary = format_run_summary(results)
-            write_text_atomic(self.run_dir / "summary.txt", summary)
+        # the error says what stopped a run that never trained: no tables about a run that never ran
+        summary = format_not_trained(results) if self.never_trained else format_run_summary(results)
+        write_record(self.run_dir, results, summary)
+        if not self.never_trained:
             print(summary, end="")
         print(f"Results: {self.run_dir / 'results.json'}")
 
