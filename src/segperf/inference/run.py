@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.axes import inference_axes
+from segperf.compile_cache import use_private_copy
 from segperf.config import plain_config
 from segperf.data.filechecks import write_bad_files
 from segperf.inference import benchmark, runtimes
@@ -67,6 +68,8 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         adopt_run(cfg, source, checkpoint, keep)
         results["config"] = plain_config(cfg)
         runtime = runtimes.from_config(cfg.runtime)
+        if cfg.model.get("compile"):  # torch.compile's cache: a copy of this process's own (segperf.compile_cache)
+            use_private_copy()
         device = pick_device(cfg.device)
         workload = inference_workload.build(
             cfg.model,
