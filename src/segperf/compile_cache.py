@@ -28,7 +28,8 @@ the tests: 37 s of warm-up cold, 5 s warm, on 2 cores; the U-Net's 2 minutes); a
 compiling would run concurrent runs' compiles one after another, and Inductor compiles lazily,
 inside the first steps and at every recompile, where no lock can wrap it; reusing a finished
 cache read-only needs one run to finish it before the others start. The cost of the copy: the
-tiny U-Net's cache is 11 MB in 218 files, seeded in 0.02 s (shutil.copy2 on a 2-core VM's disk).
+tiny U-Net's cache, 11 MB in 148 files, is seeded in 0.06-0.09 s and checked for new entries at
+exit in 0.005 s (shutil.copy2 on a 2-core VM's disk, three runs), against 2 minutes of compiling.
 
 A variable the user set wins as before (segperf.config.route_tool_caches): their folder is then the
 shared one. A script of the user's own that compiles outside segperf's runs still writes the
