@@ -236,58 +236,16 @@ def compare_throughput(
 @functools.lru_cache(maxsize=256)  # a sweep asks for one df over and over
 def t_critical(level: float, df: float) -> float:
     """The two-sided critical value of Student's t: P(|T| > t) = 1 - level with `df` degrees of
-    freedom (2.776 for 95% at df=4; 1.960 as df grows). Welch's df is fractional, so a printed
-    table will not do, and scipy is not a dependency of segperf for one function: this inverts
-    `t_two_sided_p` by bisection (to ~1e-12 relative)."""
-    alpha = 1.0 - level
-    low, high = 0.0, 1.0
-    while t_two_sided_p(high, df) > alpha:
-        low, high = high, high * 2
-    for _ in range(200):
-        mid = (low + high) / 2
-        if t_two_sided_p(mid, df) > alpha:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-12 * high:
-            break
-    return (low + high) / 2
+    freedom (2.776 for 95% at df=4; 1.960 as df grows); Welch's df is fractional, so a printed
+    table will not do. scipy.stats' inverse survival function (tests/test_stats.py holds it to the
+    values the hand-written incomplete beta it replaced gave, to 1e-8, and every decision the same)."""
+    from scipy.stats import t as student_t  # here: scipy.stats takes 0.7 s to import on 2 cores
+
+    return float(student_t.isf((1.0 - level) / 2.0, df))
 
 
 def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| > |t|) for Student's t with `df` degrees of freedom: I_x(df/2, 1/2) at x = df/(df+t²)."""
-    return _betainc(df / 2, 0.5, df / (df + t * t))
+    """P(|T| > |t|) for Student's t with `df` degrees of freedom."""
+    from scipy.stats import t as student_t
 
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz's
-    method, as in Numerical Recipes' betacf), on the side of x where it converges fast."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    tiny = 1e-300
-
-    def guard(v: float) -> float:
-        return tiny if abs(v) < tiny else v
-
-    c, d = 1.0, 1.0 / guard(1.0 - (a + b) * x / (a + 1))
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        even = m * (b - m) * x / ((a - 1 + m2) * (a + m2))
-        odd = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1 + m2))
-        for num in (even, odd):
-            d = 1.0 / guard(1.0 + num * d)
-            c = guard(1.0 + num / c)
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
+    return float(2.0 * student_t.sf(abs(t), df))
