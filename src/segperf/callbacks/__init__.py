@@ -6,7 +6,8 @@ profiler_tap), `ResourceMonitor` (CPU, RSS, GPU; resource_monitor) and `MfuMonit
 sample and MFU; mfu_monitor). On request: `OperatorProfile` (profile=ops; ops_profile) and
 `HardwareCounters` (profile=counters; hardware_counters). A run's safety: `InterruptCheckpoint`
 (interrupt_checkpoint) and `TerminateOutsideTraining` (terminate_outside_training). On a CPU,
-`ShareCores` (share_cores) leaves busy DataLoader workers their cores. The tuner
+`ShareCores` (share_cores) leaves busy DataLoader workers their cores; `ValidationMetrics`
+(validation_metrics) keeps every validation's logged metrics, for any module. The tuner
 adds two to its probes: `ScreenOut` (screen_out) and `HardTimeLimit` (hard_time_limit). The
 measurement maths they call has no Lightning in it and lives in segperf.perf.
 """
@@ -20,6 +21,7 @@ from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.resource_monitor import ResourceMonitor
 from segperf.callbacks.share_cores import ShareCores
 from segperf.callbacks.terminate_outside_training import Terminated, TerminateOutsideTraining
+from segperf.callbacks.validation_metrics import ValidationMetrics
 
 __all__ = [
     "HardwareCounters",
@@ -32,4 +34,5 @@ __all__ = [
     "ShareCores",
     "TerminateOutsideTraining",
     "Terminated",
+    "ValidationMetrics",
 ]

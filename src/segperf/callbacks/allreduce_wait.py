@@ -55,3 +55,9 @@ class AllReduceWait(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         self.last_bucket.append(self._last)
+
+    def fold(self, head: int, upto: int) -> list[float | None]:
+        """Take the held steps [head, upto) out (segperf.perf.folding), returning them."""
+        taken = self.last_bucket[head:upto]
+        del self.last_bucket[head:upto]
+        return taken

@@ -46,11 +46,14 @@ from torch.utils.data import DataLoader
 
 from segperf.callbacks.allreduce_wait import AllReduceWait
 from segperf.callbacks.batch_size import BatchSizeFn
+from segperf.callbacks.long_run import RunFolder
 from segperf.callbacks.mfu_monitor import MfuMonitor
 from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.rank_gather import add_ranks, gather_group, gather_rows
 from segperf.callbacks.resource_monitor import ResourceMonitor
+from segperf.callbacks.validation_metrics import ValidationMetrics, quality_section
 from segperf.config import available_cores
+from segperf.perf.folding import distribution_of
 from segperf.perf.jitter import jitter_summary, log_histograms
 from segperf.perf.machine import machine_info
 from segperf.perf.machine_load import load_at_end, load_at_start
@@ -69,7 +72,6 @@ from segperf.perf.summary import format_run_summary
 from segperf.perf.train_rate import train_section
 from segperf.perf.verdict import verdict
 from segperf.quality import declared, is_validation_metric, results_key
-from segperf.training.quality import ValidationMetrics, quality_section
 
 log = logging.getLogger("segperf")
 
@@ -196,7 +198,9 @@ class PerfMonitor(L.Callback):
         self.not_measured: dict[str, str] = {}
         self._folder: Path | None = None
         self._gather_group: Any = None
-        self._live_from = 0  # the first step of the live scalars' current window
+        self.long_run = RunFolder(self.clock)  # past its first steps, a long run is folded into totals
+        # the live scalars' current window: its start (a step's end), samples and data wait so far
+        self._live: list[float] = [0.0, 0.0, 0.0]
         # how busy the machine was around the run (results.json's machine_load), for a run whose
         # record nothing else keeps (a user's script); segperf's own record measures its whole run
         self._load_start: tuple[dict[str, Any], Any] | None = None
@@ -289,7 +293,6 @@ class PerfMonitor(L.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.loader = self._safely("the training loader's settings", loader_settings, trainer) or {}
-        self._live_from = 0
         self._each_part("on_train_start", trainer, pl_module)
 
     def _forward(self, name: str, *args: Any) -> None:
@@ -307,6 +310,13 @@ class PerfMonitor(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
+        if self.measure and self.long_run.due():
+            entered = time.perf_counter()
+            resources = self.resources if self.resources in self.parts else None
+            allreduce = self.allreduce if self.allreduce in self.parts else None
+            fold, start = self.long_run.fold, self.run_start or 0.0
+            self._safely("folding a long run", fold, start, self._phase_intervals, resources, allreduce)
+            self.hooks_s += time.perf_counter() - entered
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         self._forward("on_before_backward", trainer, pl_module, loss)
@@ -316,8 +326,18 @@ class PerfMonitor(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
+        clock, live = self.clock, self._live
+        if not clock.step_times:
+            return
+        if clock.steps <= clock.warmup_steps:  # the window opens where warm-up ends
+            live[:] = [clock.step_times[-1][1], 0.0, 0.0]
+            return
+        live[1] += clock.step_images[-1] if clock.step_images else 0
+        fetches = clock.tap.intervals.get(FETCH_ACTION) if clock.tap is not None else None
+        if fetches:
+            live[2] += fetches[-1][1] - fetches[-1][0]
         every = trainer.log_every_n_steps
-        if every and self.clock.steps > self.clock.warmup_steps and self.clock.steps % every == 0:
+        if every and clock.steps % every == 0:
             entered = time.perf_counter()
             self._safely("the live scalars", self._log_live, trainer)
             self.hooks_s += time.perf_counter() - entered
@@ -390,15 +410,29 @@ class PerfMonitor(L.Callback):
             self._not_measured(results)
             return
         actions = clock.intervals()
-        table = account_phases(self._phase_intervals(actions, run), run, self._calls())
+        table = self._phase_table(actions, run)
         results["phases"] = table.phases
         if "train_step" in table.phases:
+            folded = self.long_run.folded
             split = split_steps(actions.get(STEP_ACTION, []), clock.backward, clock.warmup_steps)
+            for part, seconds in folded.split_s.items():
+                split["seconds"][part] += seconds
+            split["steps"] += folded.split_steps
+            split["unsplit_s"] += folded.unsplit_s
             if split["steps"]:
                 table.phases["train_step"]["split"] = split_rows(split, table.wall_s)
             device_split = self._safely("the device split", clock.device_split, clock.warmup_steps)
             if device_split:
+                for part, seconds in folded.device_split_s.items():
+                    device_split[part] = device_split.get(part, 0.0) + seconds
                 table.phases["train_step"]["device_split_s"] = device_split
+        if self.long_run.folded.steps:
+            results["folded"] = {
+                "steps": self.long_run.folded.steps,
+                "held_from_start": self.long_run.head,
+                "how": "steps past the first held ones are folded into totals every few thousand steps: phases, "
+                "split and means exact, the jitter quantiles from a histogram of 0.5% bins",
+            }
         results["accounted"] = {
             "wall_s": table.accounted_s,
             "fraction": table.accounted_fraction,
@@ -434,7 +468,8 @@ class PerfMonitor(L.Callback):
         fetches = clock.intervals().get(FETCH_ACTION, [])
         waits = [end - start for start, end in fetches]
         last_bucket = self.allreduce.last_bucket if self.allreduce is not None else None
-        return step_parts(waits, clock.step_times, clock.backward, last_bucket, clock.warmup_steps)
+        folded = self.long_run.folded.parts
+        return step_parts(waits, clock.step_times, clock.backward, last_bucket, clock.warmup_steps, folded)
 
     def _measure(self, results: dict[str, Any]) -> dict[str, Any]:
         results = {"dataset": {}, "train": {}, "quality": {}, "notices": [], **results}
@@ -530,6 +565,24 @@ class PerfMonitor(L.Callback):
             "fraction": spent / run_s if run_s > 0 else None,
         }
 
+    def _phase_table(self, actions: dict[str, list], run: tuple[float, float]):
+        """The phase table of the run: what is held, laid on the timeline after the folded part,
+        and the folded part's totals (segperf.perf.folding)."""
+        folded = self.long_run.folded
+        intervals = self._phase_intervals(actions, run)
+        calls = {phase: folded.phase_calls.get(phase, 0) + len(spans) for phase, spans in intervals.items()}
+        calls |= self._calls()
+        if folded.until is None:
+            return account_phases(intervals, run, calls)
+        table = account_phases(intervals, (folded.until, run[1]), calls)
+        table.wall_s = wall = run[1] - run[0]
+        for phase, seconds in folded.phase_s.items():
+            row = table.phases.setdefault(phase, {"calls": calls.get(phase, 0), "wall_s": 0.0, "fraction": 0.0})
+            row["wall_s"] += seconds
+        for row in table.phases.values():
+            row["fraction"] = row["wall_s"] / wall if wall > 0 else 0.0
+        return table
+
     def _calls(self) -> dict[str, int]:
         clock = self.clock
         steps = clock.steps
@@ -537,18 +590,31 @@ class PerfMonitor(L.Callback):
 
     def _jitter(self, actions: dict[str, list], batches: dict[str, list[float]]) -> dict[str, Any]:
         clock = self.clock
-        jitter = jitter_summary(batches["data_wait"], batches["train_step"])
-        every = steady_state_batches(actions, 0)  # every batch, warm-up included, for later analysis
+        folded = self.long_run.folded
+        if folded.steps:  # a long run: the folded steps' histograms with the held steps' values
+            jitter = {
+                "data_wait": distribution_of(folded.wait, batches["data_wait"]),
+                "train_step": distribution_of(folded.step, batches["train_step"]),
+                "starved": folded.starved(batches["data_wait"], batches["train_step"]),
+            }
+        else:
+            jitter = jitter_summary(batches["data_wait"], batches["train_step"])
+        every = steady_state_batches(actions, 0)  # every batch held, warm-up included, for later analysis
         jitter["per_batch"] = {
             "warmup_steps": clock.warmup_steps,
             "data_wait_s": [round(x, 6) for x in every["data_wait"]],
             "train_step_s": [round(x, 6) for x in every["train_step"]],
             "forward_s": [round(x, 6) for x in clock.forward_s],
         }
+        if folded.steps:  # the lists hold the first steps and the last ones
+            jitter["per_batch"]["folded_after"] = self.long_run.head
+            jitter["per_batch"]["folded_steps"] = folded.steps
         device_steps = self._safely("device step times", clock.device_step_times) or []
         device_steps = device_steps[clock.warmup_steps :]
-        if device_steps:
-            jitter["device_step"] = jitter_summary([0.0] * len(device_steps), device_steps)["train_step"]
+        if device_steps or folded.device_step.n:
+            jitter["device_step"] = distribution_of(folded.device_step, device_steps)
+            if not folded.device_step.n:
+                jitter["device_step"] = jitter_summary([0.0] * len(device_steps), device_steps)["train_step"]
         return jitter
 
     def _verdict(self, results: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -582,21 +648,15 @@ class PerfMonitor(L.Callback):
         """Every `log_every_n_steps` after warm-up: samples/s and the data-wait share over the
         steps since the last time, to the trainer's loggers (rank 0's; Lightning's loggers
         write on rank 0 only)."""
-        clock = self.clock
-        first = max(self._live_from, clock.warmup_steps)
-        self._live_from = clock.steps
-        if clock.steps - first < 1 or first < 1:
-            return
-        start, end = clock.step_times[first - 1][1], clock.step_times[-1][1]
-        if end <= start:
-            return
-        metrics = {"perf/samples_per_s": sum(clock.step_images[first:]) / (end - start)}
-        fetches = clock.intervals().get(FETCH_ACTION, [])
-        if len(fetches) >= clock.steps:
-            waited = sum(e - s for s, e in fetches[first : clock.steps])
-            metrics["perf/data_wait_fraction"] = waited / (end - start)
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
+        live = self._live
+        start, end = live[0], self.clock.step_times[-1][1]
+        if end > start:
+            metrics = {"perf/samples_per_s": live[1] / (end - start)}
+            if self.clock.tap is not None:
+                metrics["perf/data_wait_fraction"] = live[2] / (end - start)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        live[:] = [end, 0.0, 0.0]
 
     def _log(self, trainer, results: dict[str, Any], batches: dict[str, list[float]]) -> None:
         """Scalars through the trainer's own loggers (any kind); TensorBoard also gets the resource

@@ -49,9 +49,8 @@ class PhaseClock(L.Callback):
         self.step_times: list[Interval] = []
         self.step_images: list[int] = []
         self._validation_start: float | None = None
-        # per training step, batch start to the first backward: the host time a rank takes before
-        # it joins the gradient all-reduce (with data_wait, what a DDP straggler makes others wait for)
-        self.forward_s: list[float] = []
+        self.folded = 0  # steps folded away (segperf.perf.folding): held lists skip them
+        self.step_limit: int | None = None  # the steps held from the start, once a fold has happened
         # per training step: (first on_before_backward, last on_after_backward), host clock
         self.backward: list[tuple[float | None, float | None]] = []
         self._batch_start: float | None = None
@@ -126,8 +125,7 @@ class PhaseClock(L.Callback):
         if self._batch_start is None:  # not inside a training step
             return
         if self._before_backward is None:
-            self._before_backward = now = time.perf_counter()
-            self.forward_s.append(now - self._batch_start)
+            self._before_backward = time.perf_counter()
             if self._events:
                 self._events[-1][1] = self._device_event()
 
@@ -170,20 +168,44 @@ class PhaseClock(L.Callback):
             self.validation.append((self._validation_start, time.perf_counter()))
             self._validation_start = None
 
+    # -- a long run -----------------------------------------------------------------------------
+    def fold(self, head: int, upto: int) -> dict[str, list]:
+        """Take the held steps at positions [head, upto) out of the lists, returning them (their
+        totals go on in segperf.perf.folding; `steps`, `images` and the marks are unchanged)."""
+        taken = {
+            "step_times": self.step_times[head:upto],
+            "backward": self.backward[head:upto],
+            "step_images": self.step_images[head:upto],
+            "events": self._events[head:upto],
+        }
+        for held in (self.step_times, self.backward, self.step_images, self._events):
+            del held[head:upto]
+        self.folded += len(taken["step_times"])
+        self.step_limit = head
+        return taken
+
+    @property
+    def forward_s(self) -> list[float]:
+        """Per held training step with a backward, batch start to the first backward: the host time
+        a rank takes before it joins the gradient all-reduce."""
+        return [
+            before - start for (start, _), (before, _) in zip(self.step_times, self.backward, strict=False) if before
+        ]
+
     # -- read at the end ------------------------------------------------------------------------
     def intervals(self) -> dict[str, list[Interval]]:
         """The profiled actions' (start, end) times (empty without `record_phases`)."""
         return dict(self.tap.intervals) if self.tap is not None else {}
 
-    def device_step_times(self) -> list[float]:
+    def device_step_times(self, events: list[list[Any]] | None = None) -> list[float]:
         """Seconds of device time per training step (CUDA only); synchronizes once."""
-        complete = self._complete_events()
+        complete = self._complete_events(events)
         return [start.elapsed_time(end) / 1000.0 for start, *_, end in complete]
 
-    def device_split(self, skip: int) -> dict[str, float] | None:
+    def device_split(self, skip: int, events: list[list[Any]] | None = None) -> dict[str, float] | None:
         """Device seconds of forward, backward and optimizer step over the steps after `skip`, from
         the events recorded at the step's edges (CUDA only; None elsewhere)."""
-        complete = self._complete_events()[skip:]
+        complete = self._complete_events(events)[skip:]
         if not complete:
             return None
         totals = dict.fromkeys(STEP_PARTS, 0.0)
@@ -192,8 +214,9 @@ class PhaseClock(L.Callback):
                 totals[part] += a.elapsed_time(b) / 1000.0
         return totals
 
-    def _complete_events(self) -> list[list[Any]]:
-        if not self._events:
+    def _complete_events(self, events: list[list[Any]] | None = None) -> list[list[Any]]:
+        events = self._events if events is None else events
+        if not events:
             return []
         torch.cuda.synchronize()
-        return [events for events in self._events if all(e is not None for e in events)]
+        return [step for step in events if all(e is not None for e in step)]

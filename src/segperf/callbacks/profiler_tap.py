@@ -87,6 +87,22 @@ class PhaseTap(Profiler):
             self.intervals[action_name].append((start, now))
         self.own_s += time.perf_counter() - now
 
+    def fold(self, until: float, by_index: dict[str, tuple[int, int]]) -> dict[str, list[Interval]]:
+        """Take the intervals that ended by `until` out, returning them: for the actions in
+        `by_index`, those at positions [head, upto) (kept aligned with the steps); for the rest,
+        every one that ended by then (segperf.perf.folding)."""
+        taken: dict[str, list[Interval]] = {}
+        for action, spans in self.intervals.items():
+            if action in by_index:
+                head, upto = by_index[action]
+                taken[action] = spans[head:upto]
+                del spans[head:upto]
+            else:
+                kept = [span for span in spans if span[1] > until]
+                taken[action] = [span for span in spans if span[1] <= until]
+                spans[:] = kept
+        return taken
+
     # the rest of a profiler's life is the user's profiler's
     def setup(self, *args: Any, **kwargs: Any) -> None:
         self.inner.setup(*args, **kwargs)

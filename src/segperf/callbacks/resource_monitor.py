@@ -19,11 +19,12 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from segperf.perf.device_memory import torch_memory
 from segperf.perf.phases import Interval
-from segperf.perf.sampler import ResourceSampler, sampled_gpu
+from segperf.perf.sampler import ResourceSampler, WindowStats, merge_stats, sampled_gpu
 from segperf.perf.verdict import STEADY_PHASES
 
 # what each phase row of results.json holds from the resource samples taken during it
 PHASE_RESOURCES = ("cpu_mean_percent", "rss_peak_bytes", "gpu_util_mean_percent", "gpu_mem_peak_bytes")
+TRAINING = "(training)"  # the folded stats of the steady training phases together
 
 
 class ResourceMonitor(L.Callback):
@@ -32,6 +33,7 @@ class ResourceMonitor(L.Callback):
             raise ValueError(f"sample_interval_s={interval_s}: must be > 0 seconds")
         self.interval_s = interval_s
         self.sampler: ResourceSampler | None = None
+        self._folded: dict[str, WindowStats] = {}  # per phase, over a long run's folded windows
 
     def start(self) -> ResourceSampler:
         """Start sampling (once); says what this machine lets it not see (no GPU, no NVML)."""
@@ -49,17 +51,30 @@ class ResourceMonitor(L.Callback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         self.start()
 
+    def fold(self, windows: dict[str, list[Interval]]) -> None:
+        """A long run's folded part (segperf.perf.folding): each phase's stats over its `windows`
+        now, while the samples are there, added to what earlier folds saw."""
+        sampler = self.start()
+        for phase, spans in windows.items():
+            self._folded[phase] = merge_stats(self._folded.get(phase), sampler.window(*spans))
+        training = sampler.window(*(span for phase in STEADY_PHASES for span in windows.get(phase, [])))
+        self._folded[TRAINING] = merge_stats(self._folded.get(TRAINING), training)
+
     def record(self, results: dict[str, Any], windows: dict[str, list[Interval]], device: torch.device) -> None:
-        """results.json's `resources`, and each phase row's share of them (the samples of its windows)."""
+        """results.json's `resources`, and each phase row's share of them (the samples of its windows,
+        with those of the windows folded before)."""
         sampler = self.start()
         sampler.stop()
         for phase, row in (results.get("phases") or {}).items():
-            stats = sampler.window(*windows.get(phase, []))
+            stats = sampler.window(*windows[phase]) if windows.get(phase) else None
+            stats = merge_stats(self._folded.get(phase), stats) or sampler.window()
             row.update({key: getattr(stats, key) for key in PHASE_RESOURCES})
         overall = sampler.overall()
         # what the DataLoader workers used while training ran (warm-up and validation left out):
         # the cores they take from torch's threads on a CPU (the verdict's cpu-contended)
-        training = sampler.window(*(span for phase in STEADY_PHASES for span in windows.get(phase, [])))
+        spans = [span for phase in STEADY_PHASES for span in windows.get(phase, [])]
+        training = merge_stats(self._folded.get(TRAINING), sampler.window(*spans) if spans else None)
+        training = training or sampler.window()
         results["resources"] = {
             "interval_s": sampler.interval_s,
             "samples": overall.samples,

@@ -47,14 +47,18 @@ def _mean(values: list[float]) -> float | None:
     return fmean(values) if values else None
 
 
-def step_parts(
+# a rank's per-step parts (step_values' lists; step_parts' means of them)
+PARTS = ("data_wait", "train_step", "forward", "backward_compute", "allreduce_wait")
+
+
+def step_values(
     waits: list[float],
     steps: list[tuple[float, float]],
     backward: list[tuple[float | None, float | None]],
     last_bucket: list[float | None] | None,
     skip: int,
-) -> dict[str, Any]:
-    """Per-step means of a rank's parts after the first `skip` steps, and its per-step arrivals.
+) -> dict[str, list[float]]:
+    """A rank's parts per step after the first `skip` steps (PARTS), and its arrivals.
 
     `waits[i]`, `steps[i]` (start, end), `backward[i]` (first before-backward, last after-backward)
     and `last_bucket[i]` (when its last gradient bucket was ready, or None: no all-reduce that
@@ -64,32 +68,45 @@ def step_parts(
     n = min(len(waits), len(steps), len(backward))
     if n <= skip:
         skip = 0  # too few steps to leave warm-up out: all of them rather than none
-    waits_kept, forward, compute, wait_in_reduce, step_s, arrivals = [], [], [], [], [], []
+    values: dict[str, list[float]] = {part: [] for part in (*PARTS, "arrivals")}
     for i in range(skip, n):
         (start, end), (before, after) = steps[i], backward[i]
-        step_s.append(end - start)
-        waits_kept.append(waits[i])
+        values["train_step"].append(end - start)
+        values["data_wait"].append(waits[i])
         if before is None or after is None or not start <= before <= after <= end:
             continue
-        forward.append(before - start)
+        values["forward"].append(before - start)
         bucket = last_bucket[i] if last_bucket is not None and i < len(last_bucket) else None
         arrival = waits[i] + before - start
         if bucket is not None and before <= bucket <= after:
-            compute.append(bucket - before)
-            wait_in_reduce.append(after - bucket)
+            values["backward_compute"].append(bucket - before)
+            values["allreduce_wait"].append(after - bucket)
             arrival += bucket - before
-        arrivals.append(arrival)
-    return {
-        "steps": len(step_s),
-        "data_wait_mean_s": _mean(waits_kept),
-        "data_wait_s": sum(waits_kept),
-        "train_step_mean_s": _mean(step_s),
-        "train_step_s": sum(step_s),
-        "forward_mean_s": _mean(forward),
-        "backward_compute_mean_s": _mean(compute),
-        "allreduce_wait_mean_s": _mean(wait_in_reduce),
-        "arrivals": [round(a, 6) for a in arrivals[-ARRIVALS_KEPT:]],
-    }
+        values["arrivals"].append(arrival)
+    return values
+
+
+def step_parts(
+    waits: list[float],
+    steps: list[tuple[float, float]],
+    backward: list[tuple[float | None, float | None]],
+    last_bucket: list[float | None] | None,
+    skip: int,
+    folded: dict[str, list[float]] | None = None,
+) -> dict[str, Any]:
+    """Per-step means of a rank's parts (step_values) and its last arrivals; `folded` holds each
+    part's (sum, count) over the steps a long run folded away (segperf.perf.folding)."""
+    values = step_values(waits, steps, backward, last_bucket, skip)
+    parts: dict[str, Any] = {}
+    for part in PARTS:
+        total, count = (folded or {}).get(part, (0.0, 0))
+        total, count = total + sum(values[part]), count + len(values[part])
+        parts[f"{part}_mean_s"] = total / count if count else None
+        if part in ("data_wait", "train_step"):
+            parts[f"{part}_s"] = total
+    parts["steps"] = len(values["train_step"]) + (folded or {}).get("train_step", (0.0, 0))[1]
+    parts["arrivals"] = [round(a, 6) for a in values["arrivals"][-ARRIVALS_KEPT:]]
+    return parts
 
 
 def rank_row(results: dict[str, Any], trainer, parts: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -24,6 +24,10 @@ from segperf.perf.proctree import ProcessTree
 _t_of = attrgetter("t")
 
 
+# samples held at most (~1.5 MB); at 0.05 s, the first 14 minutes at full rate
+MAX_SAMPLES = 16384
+
+
 @dataclass(slots=True)
 class ResourceSample:
     t: float  # time.perf_counter() when taken
@@ -71,6 +75,11 @@ class ResourceSampler:
         self._util: float | None = None
         self._t_start = self._t_end = self._last_t = 0.0
         self._thread_cpu = 0.0
+        # bounded for a long run: past MAX_SAMPLES, every other sample is dropped and one in `_stride`
+        # kept from then on (evenly spread over the run); the peaks are kept from every sample
+        self._taken, self._stride = 0, 1
+        self.peak_rss_bytes: int | None = None
+        self.peak_gpu_mem_bytes: int | None = None
 
     def start(self) -> ResourceSampler:
         if self._thread is not None:
@@ -136,7 +145,14 @@ class ResourceSampler:
             if self._mem_ok and self.gpu.mem_ok:
                 mem = self._guard("mem", self.gpu.read_mem)
         sample = ResourceSample(t, cpu, rss, self._util, mem, workers)
-        self.samples.append(sample)
+        self.peak_rss_bytes = max(self.peak_rss_bytes or 0, rss or 0) or None
+        self.peak_gpu_mem_bytes = max(self.peak_gpu_mem_bytes or 0, mem or 0) or None
+        self._taken += 1
+        if self._taken % self._stride == 0:
+            self.samples.append(sample)
+            if len(self.samples) > MAX_SAMPLES:  # a long run: keep every other one, and half as many from now
+                self.samples = self.samples[::2]
+                self._stride *= 2
         return sample
 
     def _read_tree(self, t: float) -> tuple[float | None, int, float | None]:
@@ -164,7 +180,11 @@ class ResourceSampler:
         return stats
 
     def overall(self) -> WindowStats:
-        return _stats(self.samples[:]) if self.samples else WindowStats(samples=0)
+        stats = _stats(self.samples[:]) if self.samples else WindowStats(samples=0)
+        if self.samples:  # every sample's peaks, those dropped in a long run included
+            stats.rss_peak_bytes = max(stats.rss_peak_bytes or 0, self.peak_rss_bytes or 0) or None
+            stats.gpu_mem_peak_bytes = max(stats.gpu_mem_peak_bytes or 0, self.peak_gpu_mem_bytes or 0) or None
+        return stats
 
     @property
     def thread_cpu_s(self) -> float:
@@ -175,6 +195,31 @@ class ResourceSampler:
         """CPU time the sampling thread used / wall time it ran."""
         wall = (self._t_end or time.perf_counter()) - self._t_start
         return self.thread_cpu_s / wall if self._thread is not None and wall > 0 else 0.0
+
+
+def merge_stats(a: WindowStats | None, b: WindowStats | None) -> WindowStats | None:
+    """Stats of two windows' samples together: means weighted by their samples, peaks the larger;
+    the GPU utilization's p50/p90 (overall only) are not merged. None when both are None."""
+    if a is None or b is None:
+        return a or b
+    n = a.samples + b.samples
+    merged = WindowStats(n, nearest=a.nearest and b.nearest)
+
+    def mean(key: str) -> float | None:
+        x, y = getattr(a, key), getattr(b, key)
+        if x is None or y is None:
+            return x if y is None else y
+        return (x * a.samples + y * b.samples) / n if n else (x + y) / 2
+
+    def peak(key: str):
+        x, y = getattr(a, key), getattr(b, key)
+        return max((v for v in (x, y) if v is not None), default=None)
+
+    for key in ("cpu_mean_percent", "gpu_util_mean_percent", "workers_cpu_mean_percent"):
+        setattr(merged, key, mean(key))
+    for key in ("rss_peak_bytes", "gpu_mem_peak_bytes", "gpu_util_max"):
+        setattr(merged, key, peak(key))
+    return merged
 
 
 def _stats(samples: list[ResourceSample]) -> WindowStats:

@@ -103,6 +103,8 @@ def format_run_summary(results: dict[str, Any]) -> str:
         "throughput.",
         *_distributed_notes(results.get("distributed"), _unit(results)),
         *_cost_note(results.get("measurement_cost")),
+        *_folded_note(results.get("folded")),
+        *_not_measured_note(results.get("not_measured")),
         *results.get("notices", []),
         *res.get("notes", []),
     ]
@@ -342,6 +344,20 @@ def _distributed_notes(dist: dict[str, Any] | None, unit: str) -> list[str]:
         "bwd = backward computed before this rank's last gradient bucket was ready; in AR = its wait inside the "
         "gradient all-reduce for the other ranks; ready = data wait + forward + bwd: when it joins the all-reduce.",
     ]
+
+
+def _folded_note(folded: dict | None) -> list[str]:
+    if not folded:
+        return []
+    return [
+        f"Long run: {folded['steps']:,} steps after the first {folded['held_from_start']:,} were folded into totals as "
+        "it went (memory and results.json stay bounded): phases, the split and the means are exact, the jitter "
+        "quantiles read from a histogram of 0.5% bins; jitter.per_batch holds the first steps and the last ones."
+    ]
+
+
+def _not_measured_note(parts: dict | None) -> list[str]:
+    return [f"Not measured: {part} ({error})." for part, error in (parts or {}).items()]
 
 
 def _cost_note(cost: dict | None) -> list[str]:

@@ -28,18 +28,26 @@ MIN_STEADY_STEPS = 3
 
 
 def steady_start(
-    steps: Sequence[tuple[float, float]], pauses: Sequence[tuple[float, float]], warmup_steps: int, train_start: float
+    steps: Sequence[tuple[float, float]],
+    pauses: Sequence[tuple[float, float]],
+    warmup_steps: int,
+    train_start: float,
+    limit: int | None = None,
 ) -> int | None:
     """The index of the first step after warm-up that waited for its batch longer than
     STARVED_FRACTION of the median step, within the first half of the timed steps (a later stall
     is not a queue draining: it would throw most of a run away), None when none did or fewer than
     MIN_STEADY_STEPS steps are left from it (see the module docstring). The gap before a step is the time since the
-    previous step ended (the first: since training started), less the validation pauses in between."""
+    previous step ended (the first: since training started), less the validation pauses in between. `limit`:
+    look no further than this position (a long run's held steps are its first ones and its last ones)."""
     timed = [end - start for start, end in steps[warmup_steps:]]
     if len(timed) < MIN_STEADY_STEPS:
         return None
     threshold = STARVED_FRACTION * statistics.median(timed)
-    for i in range(warmup_steps, min(warmup_steps + len(timed) // 2, len(steps) - MIN_STEADY_STEPS) + 1):
+    last = min(warmup_steps + len(timed) // 2, len(steps) - MIN_STEADY_STEPS)
+    if limit is not None:
+        last = min(last, limit - 1)
+    for i in range(warmup_steps, last + 1):
         before, start = (steps[i - 1][1] if i else train_start), steps[i][0]
         paused = sum(max(0.0, min(e, start) - max(s, before)) for s, e in pauses)
         if start - before - paused > threshold:
@@ -65,13 +73,15 @@ def train_section(clock: Any, validation_s: float, run: tuple[float, float]) -> 
     }
     if start is None:
         return section
-    steady = steady_start(clock.step_times, clock.pauses, clock.warmup_steps, start)
+    # a long run holds its first steps and its last ones (segperf.perf.folding): look in the first
+    head = getattr(clock, "step_limit", None)
+    steady = steady_start(clock.step_times, clock.pauses, clock.warmup_steps, start, head)
     section["queue_steps_excluded"] = 0  # timed steps served by a queue filled before they ran
     if warm_end is not None and clock.steps > clock.warmup_steps:
         images, begin = clock.images - clock.warmup_images, warm_end
         section["warmup_excluded"] = True
         if steady is not None and steady > clock.warmup_steps:  # the loader's queue drained at `steady`
-            images, begin = sum(clock.step_images[steady:]), clock.step_times[steady - 1][1]
+            images, begin = clock.images - sum(clock.step_images[:steady]), clock.step_times[steady - 1][1]
             section["queue_steps_excluded"] = steady - clock.warmup_steps
     else:  # too few steps to leave warm-up out: say so rather than report nothing
         images, begin = clock.images, start

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.callbacks import InterruptCheckpoint, PerfMonitor, Terminated, TerminateOutsideTraining
+from segperf.callbacks.validation_metrics import ValidationMetrics, quality_section
 from segperf.config import TRAINING_AXIS_KEYS, plain_config
 from segperf.data.filechecks import write_bad_files
 from segperf.data.skips import warnings_line
@@ -32,7 +33,6 @@ from segperf.quality import as_quality, declared, metric_names, of_results
 from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
 from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed
-from segperf.training.quality import ValidationMetrics, quality_section
 from segperf.training.resume import resume_checkpoint, resume_command
 
 # runs started in this process so far: Hydra's basic launcher runs a sweep's jobs one after another
