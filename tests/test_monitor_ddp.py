@@ -110,3 +110,10 @@ def test_two_nodes_started_by_torchrun(tmp_path):
     results = record(tmp_path)
     assert results["distributed"]["num_nodes"] == 2
     assert_straggler(results, 1, "data")
+
+
+@pytest.mark.slow
+def test_ranks_started_by_ddp_spawn(tmp_path):
+    # the ranks are spawned processes with the Trainer pickled to them; rank 0 is not this process
+    assert_clean(run_script(tmp_path, "--strategy", "ddp_spawn", "--slow", "backward", "--slow-rank", "1"))
+    assert_straggler(record(tmp_path), 1, "backward")

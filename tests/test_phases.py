@@ -140,7 +140,7 @@ def test_steady_state_batches_leave_out_the_warmup_steps():
 def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(monkeypatch):
     from types import SimpleNamespace
 
-    from segperf.callbacks import PhaseClock
+    from segperf.callbacks.phase_clock import PhaseClock
 
     ticks = iter(range(100))
     monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
