@@ -201,6 +201,7 @@ class PerfMonitor(L.Callback):
         self.long_run = RunFolder(self.clock)  # past its first steps, a long run is folded into totals
         # the live scalars' current window: its start (a step's end), samples and data wait so far
         self._live: list[float] = [0.0, 0.0, 0.0]
+        self._validation_start: float | None = None
         # how busy the machine was around the run (results.json's machine_load), for a run whose
         # record nothing else keeps (a user's script); segperf's own record measures its whole run
         self._load_start: tuple[dict[str, Any], Any] | None = None
@@ -293,6 +294,7 @@ class PerfMonitor(L.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.loader = self._safely("the training loader's settings", loader_settings, trainer) or {}
+        self._live[:] = [time.perf_counter(), 0.0, 0.0]
         self._each_part("on_train_start", trainer, pl_module)
 
     def _forward(self, name: str, *args: Any) -> None:
@@ -347,6 +349,7 @@ class PerfMonitor(L.Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._forward("on_validation_start", trainer, pl_module)
+        self._validation_start = time.perf_counter()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._forward("on_validation_batch_start", trainer, pl_module, batch, batch_idx, dataloader_idx)
@@ -358,6 +361,9 @@ class PerfMonitor(L.Callback):
 
     def on_validation_end(self, trainer, pl_module) -> None:
         self._forward("on_validation_end", trainer, pl_module)
+        if self._validation_start is not None and self._live[0]:  # the live window leaves validation out
+            self._live[0] += time.perf_counter() - self._validation_start
+        self._validation_start = None
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self._each_part("teardown", trainer, pl_module, stage)
