@@ -211,3 +211,34 @@ def test_settings_out_of_range_are_refused():
         SteadyProbe(min_steps=8, max_steps=4)
     with pytest.raises(ValueError):
         SteadyProbe(precision=0)
+
+
+@pytest.mark.slow  # a real run with two DataLoader workers (~20 s on 2 cores)
+def test_a_real_probe_leaves_out_its_loaders_queue_stops_on_its_own_and_the_tuner_reads_it(tiny_cfg, tmp_path):
+    import json
+
+    from segperf.training.run import train
+    from segperf.tune.runner import probe_from_results
+
+    steady = (
+        "{_target_:segperf.callbacks.steady_probe.SteadyProbe,warmup_steps:2,min_steps:4,max_steps:12,precision:0.5}"
+    )
+    size = (2 + 3 + 2 * 12) * 4  # as the tuner sizes a probe: room for the cap and as much again
+    cfg = tiny_cfg(
+        "workers=auto",
+        "prefetch=on",
+        f"train_images={size}",
+        f"val_every_images={size}",
+        f"+callbacks.tune_probe={steady}",
+    )
+    train(cfg, tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    section = results["tune_probe"]
+    workers = cfg.data.num_workers
+    assert section["queued_batches"] == workers * 4 and section["queue"] == f"{workers} workers x prefetch_factor 4"
+    assert section["queue_steps"] >= workers * 4 and section["warmup_steps"] >= 2
+    assert section["stopped_by"] in ("precision", "cap") and section["timed_steps"] >= 4
+    assert results["progress"]["steps_done"] < results["progress"]["steps_total"]  # it stopped on its own
+    assert results["status"] == "completed" and section["excluded"]
+    probe = probe_from_results(("workers=auto",), tmp_path, limited=True)
+    assert probe.images_per_s == section["images_per_s"] and not probe.cut and probe.failed is None

@@ -16,6 +16,7 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.utils import JobStatus
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from segperf.config import CONFIG_DIR
@@ -29,7 +30,14 @@ from tests.conftest import REPO
 from tests.extras import needs_extra
 
 PIN_REASON = "no CUDA device: pinned memory only speeds up host-to-GPU copies"
-SPEED_PROBE = {"steps": 8, "val_images": 4, "overrides": ["perf.peak_probe=false", "~callbacks.last_checkpoint"]}
+SPEED_PROBE = {
+    "steps": 8,
+    "max_steps": 16,
+    "precision": 0.05,
+    "val_images": 4,
+    "overrides": ["perf.peak_probe=false", "~callbacks.last_checkpoint"],
+}
+STEADY = "{_target_:segperf.callbacks.steady_probe.SteadyProbe,warmup_steps:2,min_steps:8,max_steps:16,precision:0.05}"
 
 
 def results(status="completed", images_per_s=3.2, steps_done=10, steps_total=10, adjusted=None, **extra) -> dict:
@@ -102,6 +110,44 @@ def test_a_probe_stopped_at_its_time_limit_is_cut_and_keeps_the_speed_of_its_ste
     assert stopped.cut and stopped.images_per_s is None and "in warm-up" in stopped.failed
 
 
+def steady(stopped_by, timed_steps=12, images_per_s=4.1, half_width=0.03) -> dict:
+    """results.json `tune_probe` as segperf.callbacks.steady_probe writes it (the keys the tuner reads)."""
+    return {
+        "stopped_by": stopped_by,
+        "min_steps": 8,
+        "max_steps": 32,
+        "timed_steps": timed_steps,
+        "images_per_s": images_per_s,
+        "half_width": half_width,
+        "excluded": ["2 warm-up steps (the minimum: compilation, caches)"],
+    }
+
+
+def test_a_probe_reads_its_steady_state_rate_not_the_fixed_warm_ups(tmp_path):
+    # train.images_per_s (3.2) includes the loader's queue; the steady state's is 4.1 ±3% over 12 steps
+    record = results(steps_done=25, steps_total=74, tune_probe=steady("precision"))
+    probe = probe_from_results(("workers=auto",), run_folder(tmp_path, "0_", record), limited=True)
+    assert probe.images_per_s == 4.1 and probe.timed_steps == 12 and probe.half_width == 0.03
+    assert not probe.cut and probe.failed is None and probe.imprecise is None  # stopped early on purpose
+
+
+def test_a_probe_that_stopped_at_its_cap_or_its_time_limit_keeps_its_rate_and_says_so(tmp_path):
+    capped = run_folder(tmp_path, "1_", results(steps_done=69, steps_total=74, tune_probe=steady("cap", 32, 4.0, 0.08)))
+    probe = probe_from_results(("workers=auto",), capped, limited=True)
+    assert (
+        probe.images_per_s == 4.0 and not probe.cut and probe.imprecise == "stopped at its cap of 32 timed steps, ±8%"
+    )
+    timed_out = run_folder(
+        tmp_path, "2_", results(steps_done=20, steps_total=74, tune_probe=steady(None, 9, 3.9, 0.07))
+    )
+    probe = probe_from_results(("workers=auto",), timed_out, limited=True)
+    assert probe.images_per_s == 3.9 and not probe.cut and "time limit after 9 timed steps" in probe.imprecise
+    # stopped by the limit before its fewest timed steps: cut, no rate, as in warm-up
+    early = run_folder(tmp_path, "3_", results(steps_done=6, steps_total=74, tune_probe=steady(None, 1, 2.0, None)))
+    probe = probe_from_results(("compile=on",), early, limited=True)
+    assert probe.cut and probe.images_per_s is None and "after 1 timed steps" in probe.failed
+
+
 # -- the probes' jobs ----------------------------------------------------------------------
 
 
@@ -114,16 +160,22 @@ def test_a_probe_is_the_configuration_at_the_probe_size_with_the_time_limit_last
         "~callbacks.last_checkpoint",
         "batch_size=2",
         "workers=auto",
-        # (2 warm-up + 3 ShareCores may add to them + 8 measured steps) x the configuration's batch size
-        "train_images=26",
+        # (2 warm-up + 3 ShareCores may add to them + 2 x the cap of 16 timed steps: room for the warm-up
+        # the step times add and the loader's queue) x the configuration's batch size
+        "train_images=74",
         "val_images=4",
-        "val_every_images=26",
+        "val_every_images=74",
+        # the probe times its steady state and stops once its rate is known to ±5%
+        f"+callbacks.tune_probe={STEADY}",
         "trainer.max_time='00:00:01:15'",
         # stopped inside a step at three times the limit: one step of fp16 emulated took 177 s
         "+callbacks.tune_time_limit={_target_:segperf.callbacks.hard_time_limit.HardTimeLimit,seconds:222.6}",
     ]
     job = compose_tune(*jobs)
-    assert job.train_images == 26 and job.trainer.max_time == "00:00:01:15"
+    assert job.train_images == 74 and job.trainer.max_time == "00:00:01:15"
+    steady = instantiate(job.callbacks.tune_probe)
+    assert (steady.warmup_steps, steady.min_steps, steady.max_steps, steady.precision) == (2, 8, 16, 0.05)
+    assert "tune_probe" not in str(job.hydra.job.override_dirname)
     assert job.callbacks.tune_time_limit.seconds == pytest.approx(222.6)
     assert "last_checkpoint" not in job.callbacks and job.data.num_workers > 0
     assert "tune_time_limit" not in str(job.hydra.job.override_dirname)  # run folders are named after the candidate

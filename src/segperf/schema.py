@@ -310,6 +310,8 @@ class PerfSchema:
 @dataclass
 class TuneProbeSchema:
     steps: int = MISSING
+    max_steps: int = MISSING
+    precision: float = MISSING
     val_images: int = MISSING
     time_limit_factor: float = MISSING
     min_time_limit_s: float = MISSING

@@ -156,13 +156,14 @@ class Ledger:
             outcome = f"quality {_said(probe)}" if probe.quality is not None else "no quality"
         else:
             outcome = f"{probe.images_per_s:.3g} images/s" if probe.images_per_s is not None else "no images/s"
+            outcome += f" ±{probe.half_width:.0%}" if probe.half_width is not None and probe.images_per_s else ""
         flags = (
             ("cut at the time limit", probe.cut),
             ("screened out", probe.screened),
             # which settings: beside a failure, a bare "not applied" read as the failure's cause
             (f"{', '.join(n.split(':')[0] for n in probe.not_applied)} not applied", probe.not_applied),
         )
-        extras = [word for word, on in flags if on]
+        extras = [word for word, on in flags if on] + ([probe.imprecise] if probe.imprecise else [])
         extras += ["from the journal"] if replayed else []
         tail = f" ({', '.join(extras)})" if extras else ""
         clock = f"{self.elapsed() / 60:.1f}/{self.budget_s / 60:.1f} min"

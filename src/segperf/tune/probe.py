@@ -23,7 +23,9 @@ class Probe:
     """One finished (or failed) short training run of `config`."""
 
     config: Config
-    # training images/s after warm-up (results.json train.images_per_s); None when the run failed
+    # training images/s of the steady state (results.json tune_probe.images_per_s: after a warm-up
+    # the step times ended and the loader's queue; train.images_per_s for a run without it); None
+    # when the run failed
     images_per_s: float | None
     # settings the machine could not honour: `key: reason` for each `adjusted` entry whose
     # used value differs from the requested one (results.json `adjusted.<key>`); empty = applied
@@ -50,6 +52,13 @@ class Probe:
     failed: str | None = None
     # the batch-mean training loss per logged step, for loss-curve comparisons (may be empty)
     losses: tuple[float, ...] = field(default_factory=tuple)
+    # the steady-state steps its images/s are of, and their relative half-width at 95%
+    # (segperf.callbacks.steady_probe; None for a run without it)
+    timed_steps: int | None = None
+    half_width: float | None = None
+    # why it stopped before its rate was known to the probe's precision (its cap of timed steps,
+    # the time limit): its images/s stand, less precise; None when it reached the precision
+    imprecise: str | None = None
 
     @property
     def applied(self) -> bool:

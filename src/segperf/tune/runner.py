@@ -2,16 +2,22 @@
 launcher, and each job's results.json read back as a Probe (segperf.tune.probe).
 
 A configuration (a sorted tuple of override strings, the tune's start included) becomes a job
-by adding the probe's run size after it: `warmup_steps` steps, the steps ShareCores may add to
-the warm-up (segperf.callbacks.share_cores), then `tune.probe.steps` measured steps of the
-configuration's own batch size, one small validation at the end (the run always
-validates once), no checkpoint. A per-probe time limit becomes `trainer.max_time`: Lightning's
-Timer stops training after the step that passes it and the run ends like a finished one, its
-images/s of the steps it did after warm-up, so the probe is marked cut rather than failed. The
-limit counts from the first training step (Lightning's Timer starts there): a probe's start-up
-(building the data and the net, filling a cache) is not cut, only what it spends training. A
-single step that runs far past the limit is stopped inside it at HARD_LIMIT_FACTOR times the
-limit (segperf.callbacks.hard_time_limit): such a probe is marked cut too, with no images/s.
+by adding the probe's run size after it, and segperf.callbacks.steady_probe.SteadyProbe, which
+times the probe's steady state: a warm-up of at least `warmup_steps` steps (and the steps ShareCores
+may add to it, segperf.callbacks.share_cores) that lasts as long as the step times still fall, the
+batches the DataLoader queued before the timed steps left out, then at least `tune.probe.steps`
+timed steps, until the rate is known to `tune.probe.precision`, at most `tune.probe.max_steps`
+(the run's size leaves as many steps again for the warm-up the times add and the queue); one
+small validation at the end (the run always validates once), no checkpoint. The probe's images/s
+are SteadyProbe's (results.json `tune_probe`), not `train.images_per_s` (a fixed warm-up).
+
+A per-probe time limit becomes `trainer.max_time`: Lightning's Timer stops training after the
+step that passes it and the run ends like a finished one. A probe stopped there after its fewest
+timed steps keeps its rate, marked less precise (`imprecise`); one stopped before them is cut, with
+no images/s. The limit counts from the first training step (Lightning's Timer starts there): a
+probe's start-up (building the data and the net, filling a cache) is not cut, only what it spends
+training. A single step that runs far past the limit is stopped inside it at HARD_LIMIT_FACTOR
+times the limit (segperf.callbacks.hard_time_limit): such a probe is marked cut too, with no images/s.
 A screening floor (images/s) adds segperf.callbacks.screen_out.ScreenOut to the job's callbacks: a probe
 below it after its first `tune.probe.screen_steps` timed steps stops there and is marked screened.
 
@@ -46,7 +52,11 @@ PROBE_SIZE_KEYS = (
     "trainer.max_time",
     "callbacks.tune_screen",
     "callbacks.tune_time_limit",
+    "callbacks.tune_probe",
 )
+STEADY_TARGET = "segperf.callbacks.steady_probe.SteadyProbe"
+# a probe's precision where tune.probe gives none (the relative half-width of its 95% interval)
+PRECISION = 0.05
 SCREEN_TARGET = "segperf.callbacks.screen_out.ScreenOut"
 HARD_LIMIT_TARGET = "segperf.callbacks.hard_time_limit.HardTimeLimit"
 # the hard limit, inside a step, at this multiple of the probe's time limit (Lightning's max_time,
@@ -139,7 +149,10 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
     if screen.get("screened_out"):  # stopped on purpose after its first timed steps: its rate is the verdict
         return replace(probe, screened=True, images_per_s=train.get("images_per_s") or screen.get("images_per_s"))
     done, planned = progress.get("steps_done"), progress.get("steps_total")
-    if limited and done is not None and planned is not None and done < planned:
+    stopped = limited and done is not None and planned is not None and done < planned
+    if steady := results.get("tune_probe"):
+        return _steady_probe(probe, steady, stopped, done)
+    if stopped:
         probe = replace(probe, cut=True)
         if not train.get("warmup_excluded"):  # stopped before warm-up ended: no steady-state rate
             return replace(
@@ -148,6 +161,28 @@ def probe_from_results(config: Config, run_dir: Path, *, limited: bool = False) 
     if probe.images_per_s is None:
         return replace(probe, failed="no images/s recorded (too few steps)")
     return probe
+
+
+def _steady_probe(probe: Probe, steady: Mapping[str, Any], stopped: bool, done: Any) -> Probe:
+    """A probe whose SteadyProbe timed its steady state (results.json `tune_probe`): its images/s
+    are those of the steps after the warm-up the times ended and the loader's queue. Stopped by the
+    time limit (`stopped`) after its fewest timed steps, its rate stands, less precise; before them,
+    it is cut, as a probe stopped in warm-up is."""
+    timed, rate, width = steady.get("timed_steps") or 0, steady.get("images_per_s"), steady.get("half_width")
+    probe = replace(probe, images_per_s=rate if timed >= 2 else None, timed_steps=timed, half_width=width)
+    said = f", ±{width:.0%}" if width is not None else ""
+    if steady.get("stopped_by") == "precision":
+        return probe
+    if steady.get("stopped_by") == "cap":
+        return replace(probe, imprecise=f"stopped at its cap of {steady.get('max_steps')} timed steps{said}")
+    if stopped and timed < (steady.get("min_steps") or 2):
+        where = "in warm-up" if timed == 0 else f"after {timed} timed steps"
+        return replace(probe, cut=True, images_per_s=None, failed=f"cut at the time limit after {done} steps, {where}")
+    if stopped:
+        return replace(probe, imprecise=f"stopped at the time limit after {timed} timed steps{said}")
+    if probe.images_per_s is None:
+        return replace(probe, failed=f"no steady-state steps: its {done} steps were warm-up or the loader's queue")
+    return replace(probe, imprecise=f"ran its size, {timed} timed steps{said}")
 
 
 class LaunchMeasure:
@@ -198,9 +233,13 @@ class LaunchMeasure:
         # on a CPU with workers, ShareCores adds its measuring steps to the warm-up: the probe runs
         # them too, so that it still times `steps` steps (more where they are not taken)
         sharing = OmegaConf.select(self.master, "callbacks.share_cores.measure_steps", default=0) or 0
-        images = (warmup + sharing + self.probe["steps"]) * batch
+        steady = self.steady_settings(warmup)
+        # room for the cap's timed steps and as many again for the warm-up the step times add and the
+        # loader's queue (2 workers x prefetch_factor 8: 16 batches); SteadyProbe stops it sooner
+        images = (warmup + sharing + 2 * steady["max_steps"]) * batch
         size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
-        limit = []
+        settings = ",".join(f"{key}:{value:.6g}" for key, value in steady.items())
+        limit = [f"+callbacks.tune_probe={{_target_:{STEADY_TARGET},{settings}}}"]
         if limit_s is not None:
             hard = f"{{_target_:{HARD_LIMIT_TARGET},seconds:{HARD_LIMIT_FACTOR * limit_s:.6g}}}"
             limit += [f"trainer.max_time={max_time(limit_s)}", f"+callbacks.tune_time_limit={hard}"]
@@ -209,6 +248,17 @@ class LaunchMeasure:
             screen = f"floor_images_per_s:{floor:.6g},timed_steps:{steps},warmup_steps:{warmup}"
             limit.append(f"+callbacks.tune_screen={{_target_:{SCREEN_TARGET},{screen}}}")
         return merged(self.probe["overrides"], config, size, limit)
+
+    def steady_settings(self, warmup: int) -> dict[str, Any]:
+        """SteadyProbe's settings from tune.probe: the fewest warm-up steps, the fewest and the most
+        timed steps, the precision to stop at."""
+        steps = int(self.probe["steps"])
+        return {
+            "warmup_steps": int(warmup),
+            "min_steps": max(2, steps),
+            "max_steps": max(2, steps, int(self.probe.get("max_steps", steps))),
+            "precision": float(self.probe.get("precision", PRECISION)),
+        }
 
     def seed(self, config: Config) -> int | None:
         """The seed a job of `config` trains with (its composed top-level `seed`: the default, the
