@@ -849,3 +849,42 @@ def test_the_result_counts_the_runs_other_processes_kept_busy():
     result = tune(workload, presets={})
     assert 0 < result.busy_runs < result.runs
     assert result.to_dict()["busy_runs"] == result.busy_runs
+
+
+def test_the_presets_stage_measures_the_start_only_until_it_has_min_runs_probes():
+    # presets as fast as the start stay open for max_runs rounds; the start is not measured again
+    # for the same decision once it has min_runs probes (it was, each round: 4 probes of the start)
+    workload = Workload({})
+    result = tune(workload, min_runs=2, max_runs=4)
+    presets = [s for s in result.steps if s.stage == "presets"]
+    assert all(len(s.candidate_probes) == 4 for s in presets)
+    assert all(len(s.against_probes) == 2 for s in presets)
+    first_axis = next(
+        i for i, (kind, config, _) in enumerate(workload.measured) if config not in [(), *PRESETS.values()]
+    )
+    assert sum(1 for _, config, _ in workload.measured[:first_axis] if config == ()) == 2
+
+
+def test_a_tune_past_its_budget_says_by_how_much_and_which_probes_crossed_it():
+    from segperf.tune.report import render
+
+    workload = Workload({"workers=auto": 1.5})
+    learn = workload.quality
+
+    def slow_learning(configs, limit):  # the tuned configuration's learning run takes 400 s more than priced
+        probes = learn(configs, limit)
+        slow = [replace(p, wall_s=p.wall_s + 400.0) if p.config != () else p for p in probes]
+        workload.now += sum(p.wall_s for p in slow) - sum(p.wall_s for p in probes)
+        return slow
+
+    workload.quality = slow_learning
+    result = tune(workload, presets={}, budget_s=600.0, quality=True)
+    assert result.best == ("workers=auto",) and result.elapsed_s > result.budget_s
+    crossed = result.over_budget
+    assert crossed["where"] == "quality" and crossed["probes"] == ["workers=auto"]
+    assert crossed["took_s"] > crossed["priced_s"] + 380
+    text = render({"result": result.to_dict()})
+    over = result.elapsed_s - result.budget_s
+    assert f"Over the budget by {over:.0f} s: it was crossed in quality, by workers=auto" in text
+    within = tune(Workload({"workers=auto": 1.5}), presets={}, budget_s=600.0, quality=True)
+    assert within.over_budget is None and "Over the budget" not in render({"result": within.to_dict()})

@@ -18,6 +18,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.probe import Config, Measure, Probe
@@ -44,6 +45,9 @@ class Ledger:
         self.identity = identity or (lambda config: config)
         self._known: dict[tuple[str, Hashable], list[Probe]] = {}  # by (kind, identity), in order
         self.where = ""  # the stage and step the progress lines name
+        # where the budget was crossed, if it was: the stage, the probes that crossed it, what they
+        # were priced at and what they took (the report says by how much and why)
+        self.crossed: dict[str, Any] | None = None
 
     def elapsed(self) -> float:
         return self._base + (self.clock() - self._mark)
@@ -77,10 +81,14 @@ class Ledger:
         if missing:
             asked = [requests[i][0] for i in missing]
             measure = self.measures[kind]
+            before, priced = self.elapsed(), self.cost(kind, asked, asked[0])
             measured = measure(asked, limit) if floor is None else measure(asked, limit, floor)
             if len(measured) != len(missing):
                 raise RuntimeError(f"the tune's measure gave {len(measured)} probes for {len(missing)} configurations")
             now = self.elapsed()
+            if self.crossed is None and before <= self.budget_s < now:
+                what = [labels[i] for i in missing]
+                self.crossed = {"where": self.where, "probes": what, "priced_s": priced, "took_s": now - before}
             for i, probe in zip(missing, measured, strict=True):
                 config, repeat = requests[i]
                 found[i] = probe if probe.config == config else replace(probe, config=config)

@@ -152,6 +152,23 @@ def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, 
     return {"against": best, "ratio": versus.ratio, "low": versus.low, "high": versus.high}
 
 
+def over_budget_text(result: Mapping[str, Any]) -> str:
+    """By how much the tune ran past its budget and why: the stage and probes that crossed it, what
+    they were priced at (the median of the probes measured before them) and what they took; "" within it."""
+    over = (result.get("elapsed_s") or 0.0) - (result.get("budget_s") or 0.0)
+    if over <= 0:
+        return ""
+    crossed = result.get("over_budget")
+    if not crossed:
+        return f" Over the budget by {over:.0f} s."
+    probes = ", ".join(crossed.get("probes") or []) or "?"
+    priced, took = crossed.get("priced_s") or 0.0, crossed.get("took_s") or 0.0
+    return (
+        f" Over the budget by {over:.0f} s: it was crossed in {crossed.get('where') or '?'}, by {probes} "
+        f"(priced at {priced:.0f} s from the probes before them, took {took:.0f} s)."
+    )
+
+
 def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     """tune_report.md's text from the tune's record (tune.json's content)."""
     result, machine = data["result"], data.get("machine") or {}
@@ -166,7 +183,8 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
         f"Command: `{data.get('command', 'python -m segperf.tune')}`",
         "",
         f"Budget {result.get('budget_s', 0) / 60:.1f} min, took {result.get('elapsed_s', 0) / 60:.1f} min"
-        + (" (stopped by the budget: some comparisons were not run)." if result.get("stopped_by_budget") else "."),
+        + (" (stopped by the budget: some comparisons were not run)." if result.get("stopped_by_budget") else ".")
+        + over_budget_text(result),
         "",
         "## Result",
         "",

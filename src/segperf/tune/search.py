@@ -160,6 +160,9 @@ class TuneResult:
     runs: int = 0
     # runs that other processes kept the machine busy during (their timings are not this machine's own)
     busy_runs: int = 0
+    # where the tune crossed its budget, if it did (segperf.tune.ledger.Ledger.crossed): the stage,
+    # the probes that crossed it, what they were priced at and what they took
+    over_budget: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,6 +241,7 @@ class Tuner:
             failures=failures,
             runs=len(probes),
             busy_runs=sum(1 for p in probes if p.busy),
+            over_budget=self.ledger.crossed,
         )
 
     def _presets(self) -> Config:
@@ -255,16 +259,21 @@ class Tuner:
             if not open_:
                 break
             configs = [steps[name].candidate for name in open_]
+            # the start as in any comparison: only while it has fewer than min_runs usable probes (a
+            # start measured on, round after round, beside presets still open was measured again for
+            # the same decision)
+            start = [self.start] if len(_usable(self.ledger.known(SPEED, self.start))) < self.min_runs else []
             if round_ == 0:
                 first = self._first_probe() if not self.ledger.known(SPEED, self.start) else []
                 self._charge(steps[open_[0]], first)
                 probes = self._speed(configs, open_, self.start)
-            elif not self._affords([self.start, *configs], self.start, reserve=round_ >= self.min_runs):
+            elif not self._affords([*start, *configs], self.start, reserve=round_ >= self.min_runs):
                 self.stopped = True
                 break
             else:
-                probes = self._speed([self.start, *configs], ["start", *open_], self.start)
-                self._charge(steps[open_[0]], [probes.pop(0)])
+                probes = self._speed([*start, *configs], ["start"] * len(start) + open_, self.start)
+                self._charge(steps[open_[0]], probes[: len(start)])
+                probes = probes[len(start) :]
             for name, probe in zip(list(open_), probes, strict=True):
                 self._charge(steps[name], [probe])
                 steps[name].candidate_probes = self.ledger.known(SPEED, steps[name].candidate)
