@@ -122,6 +122,7 @@ TINY_CARVANA_SUMMARY = {
     "train_cars": 4,
     "val_cars": 1,
     "skipped": [],
+    "bad_files": [],  # every bad file, whatever the policy (none here)
     "page_cache": "warm",
     "page_cache_method": None,
 }
