@@ -1,0 +1,246 @@
+"""How far a tuner's probe can be trusted: for the configurations a tune visited, its probes
+against long runs of the same configurations, interleaved.
+
+    python scripts/probe_calibration.py multirun/<date>/tune-<time> --rounds 2 --long-steps 64 \\
+        --out outputs/probe-calibration
+
+For each configuration a finished tune measured (the start, each preset, every candidate and best
+of its steps, the tuned one; its tune.json), each round runs one probe exactly as the tuner runs
+it (segperf.tune.runner.LaunchMeasure's job: SteadyProbe, the same size and settings, no time
+limit, no screening) and one long run of `--long-steps` (64) steps after the warm-up
+(`train.images_per_s`, PerfMonitor's rate), one configuration after another, A-probe A-long
+B-probe B-long ..., so that both see the machine in the same minutes. It writes, as Markdown
+(printed and `calibration.md`) and JSON (`calibration.json`):
+
+- per configuration: the probes' and the long runs' images/s (geometric means), their ratio, and
+  whether that is within ±15% (the issue's bar: for at least 80% of the configurations);
+- per decision of the tune with an interval: the ratio the long runs give for its two sides and
+  whether the tune's printed interval contains it (the coverage; the bar: at least 90%).
+
+The long runs are ordinary training runs (`python -m segperf.train`), run one at a time in this
+process's folder `--out`; nothing of the tune is changed. A study of a 10-minute tune's ~20
+configurations at 2 rounds takes about an hour on 2 cores: run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from segperf.tune.probe import Config
+from segperf.tune.runner import LaunchMeasure, merged, probe_from_results
+
+WITHIN = 0.15  # a probe within ±15% of the long run's images/s counts as calibrated
+
+
+def visited(record: dict[str, Any]) -> dict[str, Config]:
+    """The configurations a tune measured for speed, by label (what they change on the start), in
+    the order first met: the final side by side's, then every step's two sides."""
+    result = record["result"]
+    start = tuple(result.get("start") or ())
+    found: dict[str, Config] = {}
+
+    def add(config: Sequence[str]) -> None:
+        config = tuple(config)
+        changed = " ".join(o for o in config if o not in set(start)) or "start"
+        found.setdefault(changed, config)
+
+    for config in (result.get("final_configs") or {}).values():
+        add(config)
+    for step in result.get("steps") or []:
+        if step.get("stage") == "quality":
+            continue
+        if step.get("candidate_probes") or step.get("against_probes"):
+            add(step["against"])
+            add(step["candidate"])
+    return found
+
+
+def decisions(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tune's decisions that printed an interval: the two sides' configurations, the ratio and
+    interval it printed, its verdict."""
+    return [
+        {
+            "stage": step["stage"],
+            "axis": step["axis"],
+            "candidate": tuple(step["candidate"]),
+            "against": tuple(step["against"]),
+            "ratio": step.get("ratio"),
+            "low": step["low"],
+            "high": step["high"],
+            "verdict": step.get("verdict"),
+        }
+        for step in record["result"].get("steps") or []
+        if step.get("stage") != "quality" and step.get("low") is not None and step.get("high") is not None
+    ]
+
+
+def geomean(values: Sequence[float | None]) -> float | None:
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def table(configs: dict[str, Config], probes: dict[str, list], longs: dict[str, list]) -> list[dict[str, Any]]:
+    """One row per configuration: the probes' and the long runs' geometric mean images/s and their ratio."""
+    rows = []
+    for label in configs:
+        probe, long = geomean(probes.get(label, [])), geomean(longs.get(label, []))
+        ratio = probe / long if probe and long else None
+        rows.append(
+            {
+                "configuration": label,
+                "probe_images_per_s": probe,
+                "long_images_per_s": long,
+                "probe_over_long": ratio,
+                "within": None if ratio is None else abs(ratio - 1) <= WITHIN,
+                "probes": probes.get(label, []),
+                "long_runs": longs.get(label, []),
+            }
+        )
+    return rows
+
+
+def coverage(found: list[dict[str, Any]], configs: dict[str, Config], longs: dict[str, list]) -> list[dict[str, Any]]:
+    """Each decision with the ratio the long runs give for its two sides and whether its interval holds it."""
+    by_config = {config: label for label, config in configs.items()}
+    rows = []
+    for decision in found:
+        a, b = by_config.get(decision["candidate"]), by_config.get(decision["against"])
+        long_a, long_b = geomean(longs.get(a, [])), geomean(longs.get(b, []))
+        truth = long_a / long_b if long_a and long_b else None
+        covered = None if truth is None else decision["low"] <= truth <= decision["high"]
+        rows.append({**decision, "candidate": a, "against": b, "long_ratio": truth, "covered": covered})
+    return rows
+
+
+def share(flags: Sequence[bool | None]) -> str:
+    known = [f for f in flags if f is not None]
+    return f"{sum(known)}/{len(known)} ({sum(known) / len(known):.0%})" if known else "n/a"
+
+
+def markdown(rows: list[dict[str, Any]], covered: list[dict[str, Any]], about: str) -> str:
+    def num(value: float | None, spec: str = ".3g") -> str:
+        return "n/a" if value is None else format(value, spec)
+
+    lines = [about, "", "| configuration | probe images/s | 64+-step images/s | probe / long | within ±15% |"]
+    lines.append("|---|---:|---:|---:|:-:|")
+    for row in rows:
+        within = {True: "yes", False: "**no**", None: "n/a"}[row["within"]]
+        lines.append(
+            f"| `{row['configuration']}` | {num(row['probe_images_per_s'])} | {num(row['long_images_per_s'])} "
+            f"| {num(row['probe_over_long'], '.2f')} | {within} |"
+        )
+    lines += ["", f"Probes within ±15% of the long runs: {share([r['within'] for r in rows])}.", ""]
+    lines += ["| decision | printed | long runs | contains it |", "|---|---|---:|:-:|"]
+    for row in covered:
+        held = {True: "yes", False: "**no**", None: "n/a"}[row["covered"]]
+        printed = f"{num(row['ratio'], '.2f')}x [{row['low']:.2f}-{row['high']:.2f}]"
+        lines.append(
+            f"| {row['stage']} {row['axis']}: `{row['candidate']}` vs `{row['against']}` "
+            f"| {printed} | {num(row['long_ratio'], '.2f')}x | {held} |"
+        )
+    lines += ["", f"Printed intervals containing the long runs' ratio: {share([r['covered'] for r in covered])}."]
+    return "\n".join(lines) + "\n"
+
+
+class ComposingLoader:
+    """What LaunchMeasure asks of Hydra's config loader: a job of conf/tune.yaml, composed."""
+
+    def load_sweep_config(self, master: Any, overrides: list[str]) -> Any:
+        return compose_tune(*overrides)
+
+
+def compose_tune(*overrides: str) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from segperf.config import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="tune", overrides=list(overrides), return_hydra_config=True)
+
+
+def jobs(record: dict[str, Any], out: Path, long_steps: int) -> tuple[Callable, Callable]:
+    """(probe overrides, long-run overrides) of a configuration, as the tune's own settings make them."""
+    start = list(record["result"].get("start") or ())
+    master = compose_tune(*start, f"hydra.sweep.dir={out}")
+    probe = dict(record.get("settings", {}).get("probe") or master.tune.probe)
+    measure = LaunchMeasure(master, ComposingLoader(), None, kind="speed", probe=probe)
+
+    def long(config: Config) -> list[str]:
+        overrides = [o for o in measure.job_overrides(config, None) if not o.startswith("+callbacks.tune_probe=")]
+        batch = int(compose_tune(*config).batch_size)
+        # the steps ShareCores may add to the warm-up on a CPU with workers, as the runner counts them
+        sharing = OmegaConf.select(master, "callbacks.share_cores.measure_steps", default=0) or 0
+        images = (int(master.warmup_steps) + sharing + long_steps) * batch
+        return merged(overrides, [f"train_images={images}", f"val_every_images={images}"])
+
+    return (lambda config: measure.job_overrides(config, None)), long
+
+
+def train(overrides: list[str], run_dir: Path, timeout: float) -> dict[str, Any]:
+    """One `python -m segperf.train` run into `run_dir`; its results.json ({} when it wrote none)."""
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
+    command = [sys.executable, "-m", "segperf.train", *overrides, f"hydra.run.dir={run_dir}"]
+    subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    path = run_dir / "results.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tune_dir", type=Path, help="a finished tune's folder (its tune.json)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of probe + long run (2)")
+    parser.add_argument("--long-steps", type=int, default=64, help="timed steps of a long run (64)")
+    parser.add_argument("--only", type=int, default=0, help="study only the first N configurations (0: all)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take (1800)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/probe-calibration"))
+    args = parser.parse_args(argv)
+    record = json.loads((args.tune_dir / "tune.json").read_text())
+    configs = visited(record)
+    if args.only:
+        configs = dict(list(configs.items())[: args.only])
+    args.out.mkdir(parents=True, exist_ok=True)
+    probe_job, long_job = jobs(record, args.out.resolve(), args.long_steps)
+    probes: dict[str, list] = {label: [] for label in configs}
+    longs: dict[str, list] = {label: [] for label in configs}
+    number = 0
+    for round_ in range(args.rounds):
+        for index, (label, config) in enumerate(configs.items()):
+            for kind, make in (("probe", probe_job), ("long", long_job)):
+                run_dir = args.out.resolve() / f"{number}_{kind}_{index}_r{round_}"
+                number += 1
+                results = train(make(config), run_dir, args.timeout)
+                if kind == "probe":  # the tuner's own reading of its probe: the steady state's images/s
+                    rate = probe_from_results(config, run_dir).images_per_s if results else None
+                    probes[label].append(rate)
+                else:
+                    rate = (results.get("train") or {}).get("images_per_s")
+                    longs[label].append(rate)
+                print(f"round {round_ + 1}, {label}: {kind} {'failed' if rate is None else f'{rate:.3g} images/s'}")
+    rows = table(configs, probes, longs)
+    covered = coverage(decisions(record), configs, longs)
+    machine = record.get("machine") or {}
+    about = (
+        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores (avx512_bf16: "
+        f"{machine.get('avx512_bf16')}, amx_bf16: {machine.get('amx_bf16')}), torch {machine.get('torch', '?')}; "
+        f"tune `{record.get('command', '?')}`; {args.rounds} rounds, long runs of {args.long_steps} steps."
+    )
+    text = markdown(rows, covered, about)
+    (args.out / "calibration.md").write_text(text)
+    data = {"about": about, "configurations": rows, "decisions": covered}
+    (args.out / "calibration.json").write_text(json.dumps(data, indent=2, default=list))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

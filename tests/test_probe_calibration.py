@@ -1,0 +1,101 @@
+"""scripts/probe_calibration.py: a tune's probes against long runs of the configurations it visited,
+interleaved; the probe/long-run ratio per configuration and the coverage of the printed intervals."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import NARROW_UNET, REPO
+
+SCRIPT = REPO / "scripts" / "probe_calibration.py"
+study = runpy.run_path(str(SCRIPT))
+
+
+def record(start: list[str], steps: list[dict], final: dict | None = None, probe: dict | None = None) -> dict:
+    """tune.json as segperf.tune.output writes it (the keys the study reads)."""
+    return {
+        "command": "python -m segperf.tune",
+        "machine": {"cpu_model": "a CPU", "cores": 2, "avx512_bf16": False, "amx_bf16": False, "torch": "2"},
+        "settings": {"probe": probe or {}},
+        "result": {"start": start, "steps": steps, "final_configs": final or {"start": start}},
+    }
+
+
+def step(candidate, against, low=None, high=None, ratio=None, stage="axes", probes=1) -> dict:
+    return {
+        "stage": stage,
+        "axis": "workers",
+        "candidate": candidate,
+        "against": against,
+        "ratio": ratio,
+        "low": low,
+        "high": high,
+        "verdict": "kept",
+        "candidate_probes": [{}] * probes,
+        "against_probes": [{}] * probes,
+    }
+
+
+def test_the_configurations_a_tune_visited_are_its_final_ones_and_both_sides_of_each_measured_step():
+    start = ["batch_size=4"]
+    tuned = ["batch_size=4", "workers=auto"]
+    steps = [
+        step(tuned, start, 1.1, 1.6, 1.3),
+        step(["batch_size=4", "pin=on"], tuned, probes=0),  # skipped: budget, nothing measured
+        step(tuned, start, stage="quality"),
+    ]
+    found = study["visited"](record(start, steps, {"start": start, "tuned": tuned}))
+    assert found == {"start": tuple(start), "workers=auto": tuple(tuned)}
+    assert [d["ratio"] for d in study["decisions"](record(start, steps))] == [1.3]
+
+
+def test_the_table_and_the_coverage_read_geometric_means_of_the_interleaved_runs():
+    configs = {"start": ("a",), "workers=auto": ("a", "w")}
+    probes = {"start": [10.0, 10.0], "workers=auto": [20.0, 18.0]}
+    longs = {"start": [10.0, 10.4], "workers=auto": [14.0, 15.0]}
+    rows = study["table"](configs, probes, longs)
+    assert rows[0]["within"] is True and rows[1]["within"] is False  # 18.97 against 14.49: 1.31x
+    decided = [{"stage": "axes", "axis": "workers", "candidate": ("a", "w"), "against": ("a",), "ratio": 1.9}]
+    covered = study["coverage"]([decided[0] | {"low": 1.5, "high": 2.3}], configs, longs)
+    assert covered[0]["long_ratio"] == pytest.approx(14.49 / 10.2, rel=0.01) and covered[0]["covered"] is False
+    text = study["markdown"](rows, covered, "about")
+    assert "Probes within ±15% of the long runs: 1/2 (50%)" in text
+    assert "Printed intervals containing the long runs' ratio: 0/1 (0%)" in text
+
+
+@pytest.mark.slow  # four tiny training runs (~1 min on 2 cores)
+def test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuration_and_writes_its_table(
+    tiny_carvana, tmp_path
+):
+    tiny = ["perf.peak_probe=false", "data.height=32", "data.width=48", "batch_size=2", *NARROW_UNET]
+    start = sorted([f"data.root={tiny_carvana}", *tiny])
+    other = sorted([*start, "upsample=deconv"])
+    probe = {
+        "steps": 2,
+        "max_steps": 4,
+        "precision": 0.5,
+        "val_images": 2,
+        "overrides": ["perf.peak_probe=false", "trainer.enable_progress_bar=false", "~callbacks.last_checkpoint"],
+    }
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    steps = [step(other, start, 0.8, 1.3, 1.0)]
+    (tune / "tune.json").write_text(json.dumps(record(start, steps, {"start": start}, probe)))
+    out = tmp_path / "study"
+    command = [sys.executable, str(SCRIPT), str(tune), "--rounds", "1", "--long-steps", "4", "--out", str(out)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / "calibration.json").read_text())
+    rows = {row["configuration"]: row for row in result["configurations"]}
+    assert set(rows) == {"start", "upsample=deconv"}
+    assert all(row["probe_images_per_s"] and row["long_images_per_s"] for row in rows.values())
+    assert result["decisions"][0]["long_ratio"] is not None
+    runs = sorted(p.name for p in out.glob("*_*_*"))
+    assert [r.split("_")[1] for r in sorted(runs, key=lambda r: int(r.split("_")[0]))] == ["probe", "long"] * 2
+    assert json.loads((out / "0_probe_0_r0" / "results.json").read_text())["tune_probe"]["timed_steps"] >= 2
+    assert "| `upsample=deconv` |" in (out / "calibration.md").read_text()
