@@ -680,6 +680,38 @@ def test_screening_stops_the_fit_after_the_first_timed_steps_below_the_floor_and
     }
 
 
+def screen_steps(monkeypatch, seconds: list[float], floor: float = 1.0) -> tuple[int | None, object]:
+    """ScreenOut over steps of these durations (batches of 4, two warm-up steps first): the step it
+    stopped the fit after (None: it did not), and the callback."""
+    from segperf.callbacks import screen_out as screen_module
+
+    ends = [0.0, 0.0]  # two warm-up steps end at 0 s
+    for duration in seconds:
+        ends.append(ends[-1] + duration)
+    clock = iter(ends[1:])
+    monkeypatch.setattr(screen_module.time, "perf_counter", lambda: next(clock))
+    callback, trainer = screen_module.ScreenOut(floor, timed_steps=2, warmup_steps=2), FakeTrainer()
+    trainer.should_stop = False
+    for step in range(len(ends) - 1):
+        callback.on_train_batch_end(trainer, None, None, torch.zeros(4, 3), step)
+        if trainer.should_stop:
+            return step, callback
+    return None, callback
+
+
+def test_a_warm_up_that_outlasts_the_minimum_is_not_screened_out_as_a_slow_configuration(monkeypatch):
+    # a compile's third step takes 8 s, then 4-image steps of 0.4 s (10 images/s, over the floor of 1):
+    # the first two timed steps read 8 images in 8.4 s, under the floor, but had not settled
+    stopped, callback = screen_steps(monkeypatch, [8.0, 0.4, 0.4, 0.4, 0.4])
+    assert stopped is None and callback.rate == pytest.approx(10.0)
+    # a configuration that is slow in every step is screened after its first two timed steps, as before
+    stopped, callback = screen_steps(monkeypatch, [5.0, 5.2, 5.1, 5.0])
+    assert stopped == 3 and callback.screened_out and callback.rate == pytest.approx(8 / 10.2)
+    # workers handing out batches in turns (0.5 s, 9.5 s): the pairs settle, the floor judges them
+    stopped, _ = screen_steps(monkeypatch, [0.5, 9.5, 0.5, 9.5, 0.5])
+    assert stopped == 5
+
+
 def test_a_screened_probe_is_read_as_screened_with_its_rate_not_as_cut(tmp_path):
     record = results(steps_done=4, steps_total=10, images_per_s=0.4)
     record["tune_screen"] = {"floor_images_per_s": 1.0, "timed_steps": 2, "images_per_s": 0.41, "screened_out": True}
