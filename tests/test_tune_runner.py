@@ -142,6 +142,9 @@ def test_a_probe_that_stopped_at_its_cap_or_its_time_limit_keeps_its_rate_and_sa
     )
     probe = probe_from_results(("workers=auto",), timed_out, limited=True)
     assert probe.images_per_s == 3.9 and not probe.cut and "time limit after 9 timed steps" in probe.imprecise
+    falling = steady("cap", 32, 4.0, 0.08) | {"settled": False}
+    probe = probe_from_results(("workers=auto",), run_folder(tmp_path, "4_", results(tune_probe=falling)), limited=True)
+    assert probe.imprecise == "stopped at its cap of 32 timed steps, ±8%, its step times still falling"
     # stopped by the limit before its fewest timed steps: cut, no rate, as in warm-up
     early = run_folder(tmp_path, "3_", results(steps_done=6, steps_total=74, tune_probe=steady(None, 1, 2.0, None)))
     probe = probe_from_results(("compile=on",), early, limited=True)

@@ -171,6 +171,8 @@ def _steady_probe(probe: Probe, steady: Mapping[str, Any], stopped: bool, done: 
     timed, rate, width = steady.get("timed_steps") or 0, steady.get("images_per_s"), steady.get("half_width")
     probe = replace(probe, images_per_s=rate if timed >= 2 else None, timed_steps=timed, half_width=width)
     said = f", ±{width:.0%}" if width is not None else ""
+    if steady.get("settled") is False:  # its times still fell through the first half: a warm-up never ended
+        said += ", its step times still falling"
     if steady.get("stopped_by") == "precision":
         return probe
     if steady.get("stopped_by") == "cap":
