@@ -55,6 +55,7 @@ def main() -> None:
     # BoringModel's weights shrink towards denormal floats over ~100,000 SGD steps, where a CPU's
     # matmul runs 10-100x slower: flushed to zero, its steps stay the same length all run long
     torch.set_flush_denormal(True)
+    torch.set_num_threads(1)  # a 32x2 layer: one thread, no intra-op hand-offs (a million steps in minutes)
     baseline = min(args.baseline_steps, args.steps // 2)
     memory = ReadMemory(baseline, max(1, args.steps // 10))
     trainer = L.Trainer(
