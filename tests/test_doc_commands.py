@@ -212,7 +212,7 @@ def check_make(argv: list[str], monkeypatch) -> None:
     targets = [a for a in argv[1:] if "=" not in a]
     if "report" in targets and not any(a.startswith("SWEEP=") for a in argv):
         argv = [*argv, "SWEEP=multirun/newest"]  # the newest sweep, which this checkout does not have
-    runs = [r for r in make_recipe(argv) if r[1:3] == ["-m", "segperf"] or r[2].startswith("segperf.")]
+    runs = [r for r in make_recipe(argv) if r[1:3] == ["-m", "segperf"] or (len(r) > 2 and r[2].startswith("segperf."))]
     if not runs:
         assert targets and all(t in MAKE_WITHOUT_SEGPERF for t in targets), f"{argv}: runs no segperf command"
     for run in runs:
