@@ -167,14 +167,26 @@ class ResourceSampler:
         covers the interval before it, so spans holding no sample use the first sample after the first span (whose
         interval covers it), else the last sample."""
         samples = self.samples[:]
-        chosen: list[ResourceSample] = []
-        for t0, t1 in spans:
-            chosen.extend(samples[bisect_left(samples, t0, key=_t_of) : bisect_right(samples, t1, key=_t_of)])
-        if chosen:
-            return _stats(chosen)
         if not samples or not spans:
             return WindowStats(samples=0)
-        after = bisect_right(samples, spans[0][1], key=_t_of)
+        # each sample between the first span's start and the last one's end, kept where the span
+        # starting last before it still holds it: a phase's windows are thousands of short spans
+        # (a step's data wait each) and the samples a few: one pass over the samples, not one
+        # search per span (the phases' windows never overlap; overlapping spans count a sample once)
+        ordered = sorted(spans)
+        starts = [t0 for t0, _ in ordered]
+        last_end = max(t1 for _, t1 in ordered)
+        lo, hi = bisect_left(samples, starts[0], key=_t_of), bisect_right(samples, last_end, key=_t_of)
+        reach, chosen = [], []
+        for t1 in (t1 for _, t1 in ordered):  # the latest end of any span starting at or before each start
+            reach.append(max(t1, reach[-1]) if reach else t1)
+        for sample in samples[lo:hi]:
+            i = bisect_right(starts, sample.t) - 1
+            if i >= 0 and sample.t <= reach[i]:
+                chosen.append(sample)
+        if chosen:
+            return _stats(chosen)
+        after = bisect_right(samples, ordered[0][1], key=_t_of)
         stats = _stats([samples[min(after, len(samples) - 1)]])
         stats.nearest = True
         return stats
