@@ -58,6 +58,19 @@ ALLOWED = {
         "run by tests/test_decision_rule_rates.py::"
         "test_every_cell_is_simulated_and_printed_with_its_uncertainty_and_sweep_size"
     ),
+    "python tests/fixtures/user_ddp_script.py": (
+        "run by tests/test_monitor_ddp.py::"
+        "test_a_rank_slow_in_its_backward_is_named_though_every_ranks_backward_lasts_as_long"
+    ),
+    "python scripts/long_run_record.py": (
+        "run by tests/test_long_run.py::test_the_long_run_script_reads_the_memory_and_the_records_size"
+    ),
+    "export TORCHINDUCTOR_CACHE_DIR=": "points the compile cache of the commands after it at a fresh folder",
+    "for i in 1 2 3 4; do python -m segperf.train +opt=all": (
+        "four compiled runs at once on one cache: the same as "
+        "tests/test_compile_cache.py::test_concurrent_compiled_runs_against_one_cache_all_complete_and_a_fresh_run_after_them_too"
+        "; each run is the `python -m segperf.train +opt=all` after it, composed here"
+    ),
     "git clone <repo> fresh": "a fresh clone, as CI (.ci/run) starts from; its make targets are checked below",
     "for r in 0 1; do for cfg in": (
         "the shell loop of the tune's side by side in BENCHMARKS (runs alternated by hand); each of its runs is "

@@ -88,3 +88,20 @@ def test_folding_waits_for_warm_up_and_keeps_a_head_of_at_least_twice_its_steps(
     assert folder.head == 1200 and not folder.due()  # warm-up has not ended
     Clock.marks = {"warmup_end": 1.0}
     assert folder.due()
+
+
+@pytest.mark.slow
+def test_the_long_run_script_reads_the_memory_and_the_records_size(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = [sys.executable, "scripts/long_run_record.py", "--steps", "6000", "--baseline-steps", "1000"]
+    done = subprocess.run([*script, "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads((tmp_path / "long_run.json").read_text())
+    assert measured["steps"] == 6000 and measured["results_json_bytes"] == (tmp_path / "results.json").stat().st_size
+    assert [step for step, _ in measured["readings"]][0] == 1000 and len(measured["readings"]) >= 2
+    assert json.loads((tmp_path / "results.json").read_text())["folded"]["steps"] > 0  # past 1,024 + 4,096 steps
+    assert "6,000 steps: results.json" in done.stdout
