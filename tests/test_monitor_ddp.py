@@ -17,9 +17,14 @@ SCRIPT = Path(__file__).parent / "fixtures" / "user_ddp_script.py"
 TIMEOUT_S = 240
 
 
+# 80 ms a step on the slow rank: well above what a loaded 2-core machine's scheduler adds to a rank
+# (a CI run beside the suite's other workers once put 18 ms between two ranks with 20 ms injected)
+SLOW = ("--delay", "0.08", "--steps", "30")
+
+
 def run_script(out: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), *args], capture_output=True, text=True, timeout=TIMEOUT_S
+        [sys.executable, str(SCRIPT), str(out), *SLOW, *args], capture_output=True, text=True, timeout=TIMEOUT_S
     )
 
 
@@ -41,7 +46,7 @@ def assert_straggler(results: dict, rank: int, cause: str) -> None:
     assert [row["rank"] for row in dist["ranks"]] == [0, 1] and dist["world_size"] == 2
     found = dist["straggler"]
     assert (found["rank"], found["cause"]) == (rank, cause), found["text"]
-    assert found["last_share"] >= 0.75 and found["lag_median_s"] > 0.01  # 20 ms a step, paired by step
+    assert found["last_share"] >= 0.75 and found["lag_median_s"] > 0.04  # 80 ms a step, paired by step
     assert f"rank {rank}" in found["text"]
 
 
@@ -53,8 +58,8 @@ def test_a_rank_slow_in_its_backward_is_named_though_every_ranks_backward_lasts_
     assert results["allreduce_timing"] == "measured"
     rows = results["distributed"]["ranks"]
     # the all-reduce evens out the whole backward: only its split shows who computed slowly
-    assert rows[0]["backward_compute_mean_s"] > rows[1]["backward_compute_mean_s"] + 0.01
-    assert rows[1]["allreduce_wait_mean_s"] > rows[0]["allreduce_wait_mean_s"] + 0.01
+    assert rows[0]["backward_compute_mean_s"] > rows[1]["backward_compute_mean_s"] + 0.04
+    assert rows[1]["allreduce_wait_mean_s"] > rows[0]["allreduce_wait_mean_s"] + 0.04
     assert "rank 0 computes its backward slowly" in text
     # per-rank scalars reach the user's logger (a CSV one here)
     (metrics,) = tmp_path.rglob("metrics.csv")
@@ -70,6 +75,7 @@ def test_a_rank_slow_to_load_its_data_is_named_for_its_data(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # alone: beside other tests' processes one rank can be starved of CPU, a straggler in fact
 def test_ranks_alike_name_no_straggler(tmp_path):
     assert_clean(run_script(tmp_path, "--slow", "none"))
     found = record(tmp_path)["distributed"]["straggler"]
@@ -94,7 +100,7 @@ def test_two_nodes_started_by_torchrun(tmp_path):
     port = str(free_port())
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
     torchrun += ["--master-addr", "127.0.0.1", "--master-port", port]
-    args = [str(SCRIPT), str(tmp_path), "--nodes", "2", "--slow", "data", "--slow-rank", "1"]
+    args = [str(SCRIPT), str(tmp_path), *SLOW, "--nodes", "2", "--slow", "data", "--slow-rank", "1"]
     logs = [tmp_path / f"node{n}.log" for n in (0, 1)]  # files: a full pipe would stall its node
     nodes = []
     for n, log in enumerate(logs):
