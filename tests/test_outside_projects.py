@@ -8,6 +8,7 @@ Whose workload it is comes from the classes the configs name (segperf.training.w
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,10 @@ def test_a_module_with_its_own_loaders_trains_under_data_none_without_validation
     assert results["dataset"] == {"datamodule": "LightningTransformer's own loaders", "train_dataset_size": 255}
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "completed"
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()  # no validation: written at the end
+    summary = (tmp_path / "summary.txt").read_text().lower()  # a language model's: samples, no images or Dice
+    assert "samples/s" in summary
+    prose = re.sub(r"\b(train|val|val_every)_images=", "", summary)  # the run size's key names are typed as they are
+    assert not any(word in prose for word in ("image", "dice", "pixel accuracy")), summary
 
 
 def test_data_none_for_a_module_without_loaders_of_its_own_is_refused_before_any_work():
