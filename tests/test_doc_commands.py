@@ -65,6 +65,10 @@ ALLOWED = {
     "python scripts/long_run_record.py": (
         "run by tests/test_long_run.py::test_the_long_run_script_reads_the_memory_and_the_records_size"
     ),
+    "python scripts/probe_calibration.py": (
+        "run by tests/test_probe_calibration.py::"
+        "test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuration_and_writes_its_table"
+    ),
     "export TORCHINDUCTOR_CACHE_DIR=": "points the compile cache of the commands after it at a fresh folder",
     "for i in 1 2 3 4; do python -m segperf.train +opt=all": (
         "four compiled runs at once on one cache: the same as "
