@@ -51,7 +51,7 @@ from segperf.callbacks.mfu_monitor import MfuMonitor
 from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.rank_gather import add_ranks, gather_group, gather_rows
 from segperf.callbacks.resource_monitor import ResourceMonitor
-from segperf.callbacks.validation_metrics import ValidationMetrics, quality_section
+from segperf.callbacks.validation_metrics import ValidationMetrics, logged_validation_metrics, quality_section
 from segperf.config import available_cores
 from segperf.perf.folding import distribution_of
 from segperf.perf.jitter import jitter_summary, log_histograms
@@ -71,7 +71,7 @@ from segperf.perf.results import write_record
 from segperf.perf.summary import format_run_summary
 from segperf.perf.train_rate import train_section
 from segperf.perf.verdict import verdict
-from segperf.quality import declared, is_validation_metric, results_key
+from segperf.quality import declared
 
 log = logging.getLogger("segperf")
 
@@ -201,7 +201,6 @@ class PerfMonitor(L.Callback):
         self.long_run = RunFolder(self.clock)  # past its first steps, a long run is folded into totals
         # the live scalars' current window: its start (a step's end), samples and data wait so far
         self._live: list[float] = [0.0, 0.0, 0.0]
-        self._validation_start: float | None = None
         # how busy the machine was around the run (results.json's machine_load), for a run whose
         # record nothing else keeps (a user's script); segperf's own record measures its whole run
         self._load_start: tuple[dict[str, Any], Any] | None = None
@@ -349,7 +348,6 @@ class PerfMonitor(L.Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._forward("on_validation_start", trainer, pl_module)
-        self._validation_start = time.perf_counter()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._forward("on_validation_batch_start", trainer, pl_module, batch, batch_idx, dataloader_idx)
@@ -360,10 +358,11 @@ class PerfMonitor(L.Callback):
         self._forward("on_validation_batch_end", trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
     def on_validation_end(self, trainer, pl_module) -> None:
+        validations = len(self.clock.validation)
         self._forward("on_validation_end", trainer, pl_module)
-        if self._validation_start is not None and self._live[0]:  # the live window leaves validation out
-            self._live[0] += time.perf_counter() - self._validation_start
-        self._validation_start = None
+        if self._live[0] and len(self.clock.validation) > validations:  # the live window leaves it out
+            start, end = self.clock.validation[-1]
+            self._live[0] += end - start
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self._each_part("teardown", trainer, pl_module, stage)
@@ -490,7 +489,7 @@ class PerfMonitor(L.Callback):
         validations were not seen (none ran), what the trainer holds from validation."""
         history = self.validations.history if self.validations in self.parts else []
         if not history:
-            last = validation_metrics(trainer)
+            last = logged_validation_metrics(trainer)
             history = [{"step": int(trainer.global_step), **last}] if last else []
         return quality_section(history, declared(trainer.lightning_module))
 
@@ -729,12 +728,3 @@ def loader_settings(trainer) -> dict[str, Any]:
             "batch_size": loader.batch_size,
         }
     return settings
-
-
-def validation_metrics(trainer) -> dict[str, float]:
-    """The validation metrics the trainer holds now, keyed as results.json keys them."""
-    quality = {}
-    for name, value in trainer.callback_metrics.items():
-        if is_validation_metric(name) and (not isinstance(value, torch.Tensor) or value.numel() == 1):
-            quality[results_key(name)] = float(value)
-    return quality

@@ -30,10 +30,7 @@ class ValidationMetrics(L.Callback):
         # after the epoch-end reduction: callback_metrics hold this validation's values
         if trainer.sanity_checking:
             return
-        entry: dict[str, float] = {"step": int(trainer.global_step)}
-        for name, value in trainer.callback_metrics.items():
-            if is_validation_metric(name):
-                entry[results_key(name)] = float(value.item() if isinstance(value, torch.Tensor) else value)
+        entry: dict[str, float] = {"step": int(trainer.global_step), **logged_validation_metrics(trainer)}
         if len(entry) > 1:
             self.history.append(entry)
 
@@ -42,6 +39,15 @@ class ValidationMetrics(L.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = [dict(entry) for entry in state_dict.get("history", [])]
+
+
+def logged_validation_metrics(trainer: L.Trainer) -> dict[str, float]:
+    """The validation metrics the trainer holds now (one number each), keyed as results.json keys them."""
+    return {
+        results_key(name): float(value.item() if isinstance(value, torch.Tensor) else value)
+        for name, value in trainer.callback_metrics.items()
+        if is_validation_metric(name) and (not isinstance(value, torch.Tensor) or value.numel() == 1)
+    }
 
 
 def quality_section(history: list[dict[str, float]], chosen: Quality | dict[str, Any] | None) -> dict[str, Any]:
