@@ -372,7 +372,7 @@ class PerfMonitor(L.Callback):
         if results is None:
             results = {"status": "completed", "not_measured": dict(self.not_measured)}
         # every rank joins the gather, whatever failed on it before
-        self._safely("the per-rank gather", self._gather, trainer, results)
+        self._safely("the per-rank gather", self.gather, trainer, results)
         if trainer.is_global_zero:
             self._safely("the summary", self._publish, results)
 
@@ -493,10 +493,11 @@ class PerfMonitor(L.Callback):
             history = [{"step": int(trainer.global_step), **last}] if last else []
         return quality_section(history, declared(trainer.lightning_module))
 
-    def _gather(self, trainer, results: dict[str, Any]) -> None:
+    def gather(self, trainer, results: dict[str, Any]) -> None:
         """Every rank's row to rank 0 (`results["distributed"]` there). A collective: every rank
-        calls it once, at the end of fit; a rank that is gone costs the others GATHER_TIMEOUT_S at
-        most, and rank 0 then writes its own record and says so."""
+        calls it once, at the end of fit (or, in segperf's own runs, the run's record after its
+        last validation); a rank that is gone costs the others GATHER_TIMEOUT_S at most, and rank
+        0 then writes its own record and says so."""
         if self._gather_group is None or trainer.world_size < 2:
             return
         try:

@@ -12,8 +12,8 @@ for the command, so `per_job_rank_commands` swaps its module-level helper for th
 nothing is re-launched; every rank runs in the job's folder and only rank 0 writes the run's
 files (segperf.training.run).
 
-Each rank measures itself (PerfMonitor, whatever started the ranks); `gather_ranks` brings one
-row per rank to rank 0 and names the straggler with its cause (segperf.perf.ranks).
+Each rank measures itself (PerfMonitor, whatever started the ranks); its `gather` brings one row
+per rank to rank 0 and names the straggler with its cause (segperf.perf.ranks).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 
@@ -76,17 +75,6 @@ def per_job_rank_commands() -> Iterator[None]:
         yield
     finally:
         subprocess_script._hydra_subprocess_cmd = original
-
-
-def gather_ranks(results: dict[str, Any], trainer, parts: dict[str, Any] | None = None) -> None:
-    """On every rank: send this rank's row to rank 0. On rank 0: `results["distributed"]` with the
-    per-rank rows, their combination and the straggler, `train` turned into the whole run's
-    numbers, the per-rank scalars logged. A collective: every rank must call it, after training."""
-    from segperf.callbacks.rank_gather import add_ranks, gather_rows
-
-    rows = gather_rows(rank_row(results, trainer, parts), trainer.world_size)
-    if trainer.is_global_zero:
-        add_ranks(results, rows, trainer)
 
 
 def is_distributed() -> bool:

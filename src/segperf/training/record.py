@@ -32,7 +32,7 @@ from segperf.perf.summary import NOT_TRAINED, format_not_trained, format_run_sum
 from segperf.quality import as_quality, declared, metric_names, of_results
 from segperf.schema import check_settings
 from segperf.training.adapt import adapt_to_machine, adjustment_notice
-from segperf.training.distributed import DistributedJob, gather_ranks, is_distributed
+from segperf.training.distributed import DistributedJob, is_distributed
 from segperf.training.resume import resume_checkpoint, resume_command
 
 # runs started in this process so far: Hydra's basic launcher runs a sweep's jobs one after another
@@ -237,9 +237,10 @@ class RunRecord:
         which alone writes results.json, summary.txt, bad_files.txt (every bad file of the data,
         also of a check that stopped the run with `error`) and the run's last TensorBoard entries."""
         results, trainer = self.results, self.trainer
-        if trainer is not None and trainer.world_size > 1 and results["status"] == "completed" and is_distributed():
+        completed = results["status"] == "completed"
+        if trainer is not None and self.monitor is not None and completed and is_distributed():
             try:
-                gather_ranks(results, trainer, self.monitor.step_parts() if self.monitor is not None else None)
+                self.monitor.gather(trainer, results)  # the same rows, straggler and gather as a user's run
             except Exception as error:  # a rank gone: keep rank 0's own record
                 self.notice(f"per-rank measurement not gathered ({type(error).__name__}: {error})")
         self._job.close()
