@@ -683,13 +683,6 @@ class PerfMonitor(L.Callback):
         for logger in trainer.loggers:
             logger.save()
 
-    def write(self, results: dict[str, Any]) -> dict[str, Any]:
-        """Measure and publish now (rank 0), outside a Trainer's end of fit; returns the record."""
-        results = self._measure(results)
-        if self.trainer is None or self.trainer.is_global_zero:
-            self._publish(results)
-        return results
-
 
 def overrides(callback: L.Callback, hook: str) -> bool:
     """Whether `callback` does anything in `hook` (Lightning's base Callback does nothing in any)."""
