@@ -167,11 +167,11 @@ def compose_infer(args: list[str]) -> None:
 
 
 def check_tune(args: list[str]) -> None:
-    from segperf.tune import cli
+    from segperf.tune import settings_check
     from tests.test_tune_runner import compose_tune
 
     cfg = compose_tune(*args)
-    assert cli.settings_problems(cfg.tune) == [] and cli.sweep_problems(args) == [], args
+    assert settings_check.settings_problems(cfg.tune) == [] and settings_check.sweep_problems(args) == [], args
 
 
 def check_bench(args: list[str]) -> None:

@@ -6,7 +6,7 @@ import io
 import logging
 import sys
 
-from segperf.tune.cli import console_handlers_to
+from segperf.tune.probe_job import console_handlers_to
 
 
 def test_a_console_handler_bound_before_the_probe_writes_into_the_probes_log_and_is_restored_after(capsys):

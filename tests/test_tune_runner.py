@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from segperf.config import CONFIG_DIR
-from segperf.tune import cli
+from segperf.tune import cli, quality_runs, settings_check
 from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
 from segperf.tune.probe import Probe
 from segperf.tune.report import final_table, render, tuned_against_presets
@@ -225,7 +225,7 @@ def compose_example_tune(*overrides: str):
 def test_a_users_model_gets_a_learning_run_at_the_size_the_tune_was_given(monkeypatch):
     config = compose_example_tune("tune.quality.runs.default=['val_every_images=32']")
     notes: list[str] = []
-    quality = cli.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes)
+    quality = quality_runs.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes)
     assert isinstance(quality, LaunchMeasure) and quality.kind == "quality"
     start = ("batch_size=16", "train_images=64", "val_images=32", "workers=auto")
     assert quality.job_overrides(start, limit_s=30) == [
@@ -241,14 +241,16 @@ def test_a_users_model_gets_a_learning_run_at_the_size_the_tune_was_given(monkey
     # one of 32 images is 0.031 of an accuracy, over the 0.02 tolerance: said; 256 images are not
     assert "one of its 32 validation images moves an accuracy by 0.031" in notes[0]
     notes.clear()
-    cli.quality_measure(compose_example_tune("val_images=256"), None, None, config.tune, {"model": "shapes_cnn"}, notes)
+    quality_runs.quality_measure(
+        compose_example_tune("val_images=256"), None, None, config.tune, {"model": "shapes_cnn"}, notes
+    )
     assert "val_images=256" in notes[0] and "validation images moves" not in notes[0]
 
 
 def test_a_users_model_is_not_checked_when_the_default_learning_run_is_null():
     config = compose_example_tune("tune.quality.runs.default=null")
     notes: list[str] = []
-    assert cli.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes) is None
+    assert quality_runs.quality_measure(config, None, None, config.tune, {"model": "shapes_cnn"}, notes) is None
     expected = "no learning run for model=shapes_cnn (tune.quality.runs.shapes_cnn or .default): quality not checked"
     assert notes == [expected]
 
@@ -256,7 +258,7 @@ def test_a_users_model_is_not_checked_when_the_default_learning_run_is_null():
 def test_a_listed_model_keeps_its_own_learning_run_and_not_the_default():
     config = compose_tune()
     notes: list[str] = []
-    quality = cli.quality_measure(config, None, None, config.tune, {"model": "unet"}, notes)
+    quality = quality_runs.quality_measure(config, None, None, config.tune, {"model": "unet"}, notes)
     assert quality.quality_runs == ["size=demo", "data.height=64", "data.width=96"] and notes == []
     assert "train_images=40" not in quality.job_overrides(("train_images=40",), limit_s=None)
 
@@ -534,7 +536,7 @@ def test_bad_tune_settings_and_sweeps_are_one_line_each_before_any_probe(tmp_pat
     assert code == 2 and "Traceback" not in err
     assert "segperf.tune: error: tune.budget_minutes=0.0: must be > 0 minutes" in err
     assert "segperf.tune: error: tune.level=1.5: must be between 0 and 1" in err
-    assert cli.sweep_problems(["pin=off,on", "workers=auto"]) == [
+    assert settings_check.sweep_problems(["pin=off,on", "workers=auto"]) == [
         "pin=off,on: a tune starts from one configuration; give one value "
         "(to compare several: python -m segperf.train -m pin=off,on)"
     ]
@@ -627,7 +629,7 @@ def test_the_tuning_pages_commands_compose(tiny_carvana):
     assert len(tunes) == 5  # four in the first block, and the real tune's command
     for args in tunes:
         cfg = compose_tune(*(a.replace("/path/to/carvana", str(tiny_carvana)) for a in args))
-        assert cli.settings_problems(cfg.tune) == [] and cli.sweep_problems(args) == []
+        assert settings_check.settings_problems(cfg.tune) == [] and settings_check.sweep_problems(args) == []
         assert cfg.hydra.sweeper._target_.endswith("SegperfTuner")
 
 

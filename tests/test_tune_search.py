@@ -33,7 +33,7 @@ from segperf.tune.search import (
     SLOWER,
     WORSE,
     Tuner,
-    _stops_compiling,
+    stops_compiling,
 )
 from segperf.tune.space import Axis, merge, share_cores
 
@@ -292,6 +292,23 @@ def test_the_budget_is_never_exceeded_by_more_than_one_probe(budget_s):
         if budget_s <= 300:
             assert result.stopped_by_budget
             assert any(s.verdict == SKIPPED and not s.candidate_probes for s in result.steps)
+
+
+def test_the_report_names_the_axes_the_budget_did_not_reach_and_a_roomy_budget_reaches_every_axis():
+    from segperf.tune.report import axes_tried
+
+    workload = Workload({"workers=auto": 1.3, "compile=on": 0.8})
+    roomy = tune(workload, budget_s=3600.0, quality=True)
+    assert roomy.axes == [a.name for a in AXES]
+    assert axes_tried(roomy.to_dict()) == f"{len(AXES)} of {len(AXES)}"
+    tight = tune(Workload({"workers=auto": 1.3, "compile=on": 0.8}), budget_s=300.0, quality=True)
+    skipped = [s.axis for s in tight.steps if s.stage == "axes" and s.verdict == SKIPPED]
+    reached = {s.axis for s in tight.steps if s.stage == "axes" and s.verdict != SKIPPED}
+    missed = [a.name for a in AXES if a.name not in reached]
+    assert skipped and missed
+    assert axes_tried(tight.to_dict()) == (
+        f"{len(AXES) - len(missed)} of {len(AXES)} (not reached within the budget: {', '.join(missed)})"
+    )
 
 
 def test_the_final_side_by_side_and_the_quality_check_fit_in_the_budget_they_are_reserved_from():
@@ -764,15 +781,15 @@ def test_a_budget_spent_before_the_quality_check_still_checks_the_best_rather_th
 ):
     # probes that overran their estimates left the learning run less than it needs: the best, far
     # faster than the start, is still checked (past the budget, said so), not replaced by the start
-    from segperf.tune.search import Tuner
+    from segperf.tune.search import quality_guard
 
-    guard = Tuner._guard
+    guard = quality_guard.run
 
-    def spent_guard(self, best):
-        self.ledger.budget_s = self.ledger.elapsed()  # nothing left
-        return guard(self, best)
+    def spent_guard(search, best):
+        search.ledger.budget_s = search.ledger.elapsed()  # nothing left
+        return guard(search, best)
 
-    monkeypatch.setattr(Tuner, "_guard", spent_guard)
+    monkeypatch.setattr(quality_guard, "run", spent_guard)
     result = tune(Workload({"workers=auto": 2.0}), presets={}, quality=True)
     assert result.best == ("workers=auto",) and result.quality.verdict == "passed"
     assert "ran past the budget" in result.quality.reason
@@ -807,11 +824,11 @@ def test_a_compile_that_is_distinguishably_faster_is_kept():
 
 
 def test_the_tie_rule_applies_only_to_the_same_configuration_without_compile():
-    assert _stops_compiling(("compile=off", "pin=on"), ("compile=on", "pin=on"))
-    assert _stops_compiling(("pin=on",), ("compile=on", "pin=on"))  # compile=off as the default, unspelt
+    assert stops_compiling(("compile=off", "pin=on"), ("compile=on", "pin=on"))
+    assert stops_compiling(("pin=on",), ("compile=on", "pin=on"))  # compile=off as the default, unspelt
     # another configuration that happens not to compile is no tie-break of compile's
-    assert not _stops_compiling(("compile=off",), ("compile=on", "pin=on"))
-    assert not _stops_compiling(("compile=off", "pin=on"), ("compile=off", "pin=on"))
+    assert not stops_compiling(("compile=off",), ("compile=on", "pin=on"))
+    assert not stops_compiling(("compile=off", "pin=on"), ("compile=off", "pin=on"))
 
 
 def test_a_configuration_whose_runs_keep_failing_is_not_retried_until_the_budget_is_gone_and_the_result_says_so():

@@ -330,7 +330,7 @@ class TuneQualitySchema:
 
 @dataclass
 class TuneSchema:
-    """`python -m segperf.tune`'s settings (conf/tune.yaml; checked by segperf.tune.cli)."""
+    """`python -m segperf.tune`'s settings (conf/tune.yaml; checked by segperf.tune.settings_check)."""
 
     budget_minutes: float = MISSING
     presets: list[list[str]] = MISSING

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from segperf.errors import SegperfError, WriteError
+from segperf.perf.results import write_json_atomic
 from segperf.tune.probe import Config, Probe
 
 SPEED = "speed"  # a short throughput run (the search's Measure)
@@ -136,6 +137,21 @@ class Journal:
                         f.write(b"\n")
             except OSError as error:
                 raise WriteError(self.path, error, doing="cutting a torn line off the tune's journal") from error
+
+
+def check_same_tune(sweep_dir: Path, identity: dict) -> None:
+    """A rerun into a tune folder replays its journal: refuse one whose probes were of another
+    size (tune.probe.*, tune.quality.*), which the journal's own check (the start) cannot see."""
+    path = sweep_dir / "tune_probe.json"
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        if recorded != json.loads(json.dumps(identity)):
+            raise SegperfError(
+                f"{path}: this tune folder holds probes of other tune.probe / tune.quality settings "
+                f"({recorded}); give the same settings, or another folder (hydra.sweep.dir=...)"
+            )
+    else:
+        write_json_atomic(path, identity)
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:

@@ -139,7 +139,14 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     """tuned.yaml (tune folder and cache), tune.json and tune_report.md; the preset's path last."""
     from omegaconf import OmegaConf
 
-    from segperf.tune.report import busy_warning, final_table, ratio_cell, tuned_against_presets, write_report
+    from segperf.tune.report import (
+        axes_tried,
+        busy_warning,
+        final_table,
+        ratio_cell,
+        tuned_against_presets,
+        write_report,
+    )
 
     tune_dir = Path(str(config.hydra.sweep.dir))
     facts = machine_facts()
@@ -178,6 +185,8 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     report = write_report(record, tune_dir)
     changed = " ".join(o for o in result.best if o not in set(result.start)) or "(the start)"
     print(f"segperf.tune: tuned {changed}: {speedup}")
+    if tried := axes_tried(data):
+        print(f"segperf.tune: axes tried: {tried}")
     if failed:
         reason, count = next(iter(result.failures.items()))
         print(f"segperf.tune: warning: {failed} of {result.runs} runs failed; most often ({count}x): {reason}")

@@ -8,6 +8,7 @@ job's results.json; the tests hand it a fake workload with known speeds and seed
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -89,6 +90,23 @@ def config_of(overrides: Sequence[str]) -> Config:
 def rates(probes: Sequence[Probe]) -> list[float | None]:
     """The images/s of `probes` (None for a failed one), as the decision rule takes them."""
     return [p.images_per_s for p in probes]
+
+
+def full_runs(probes: Sequence[Probe]) -> list[Probe]:
+    """Probes with a full run's images/s: not failed, not screened, not cut (the others' rates are
+    of a few steps, or none)."""
+    return [p for p in probes if p.images_per_s is not None and not p.screened and not p.cut and p.failed is None]
+
+
+def median_rate(probes: Sequence[Probe]) -> float | None:
+    """The median of the positive images/s of `probes` (None when there is none)."""
+    values = [r for r in rates(probes) if r is not None and r > 0]
+    return statistics.median(values) if values else None
+
+
+def not_applied_of(probes: Sequence[Probe]) -> list[str]:
+    """The `key: reason` entries of settings the machine did not honour in any of `probes`, once each."""
+    return list(dict.fromkeys(entry for probe in probes for entry in probe.not_applied))
 
 
 def comparisons_noise(steps: Sequence) -> Noise | None:

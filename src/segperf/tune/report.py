@@ -152,6 +152,23 @@ def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, 
     return {"against": best, "ratio": versus.ratio, "low": versus.low, "high": versus.high}
 
 
+def axes_tried(result: Mapping[str, Any]) -> str:
+    """`9 of 10 (not reached within the budget: pin)`: the axes a comparison of the axes' stage
+    reached, measured or known from an earlier probe ("" for a record without its axes)."""
+    names = result.get("axes") or []
+    reached = {
+        s.get("axis")
+        for s in result.get("steps") or []
+        if s.get("stage") in ("axes", "interactions") and s.get("verdict") != "skipped: budget"
+    }
+    missed = [name for name in names if name not in reached]
+    if not names:
+        return ""
+    return f"{len(names) - len(missed)} of {len(names)}" + (
+        f" (not reached within the budget: {', '.join(missed)})" if missed else ""
+    )
+
+
 def over_budget_text(result: Mapping[str, Any]) -> str:
     """By how much the tune ran past its budget and why: the stage and probes that crossed it, what
     they were priced at (the median of the probes measured before them) and what they took; "" within it."""
@@ -198,6 +215,8 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     if against := tuned_against_presets(result, level):
         cell = ratio_cell(against["ratio"], against["low"], against["high"])
         lines.append(f"- tuned against the fastest other configuration ({against['against']}): {cell}")
+    if tried := axes_tried(result):
+        lines.append(f"- axes tried: {tried}")
     lines.append(f"- quality: {quality_line(result.get('quality'))}")
     if failures := result.get("failures"):  # absent in a record from before failures were counted
         lines.append(f"- **failed runs: {sum(failures.values())} of {result.get('runs', '?')}**:")

@@ -23,7 +23,7 @@ below it after its first `tune.probe.screen_steps` timed steps stops there and i
 
 Quality probes are learning runs of the same configurations at the size `tune.quality.runs`
 gives for the model (size=demo for the U-Net: its Dice after a minute says whether a setting
-learns as well; see segperf.tune.cli), with the start's own run-size overrides left out; a model
+learns as well; see segperf.tune.quality_runs), with the start's own run-size overrides left out; a model
 without a size of its own there (a user's) learns at the start's own run size.
 """
 
