@@ -15,7 +15,11 @@ B-probe B-long ..., so that both see the machine in the same minutes. It writes,
 - per configuration: the probes' and the long runs' images/s (geometric means), their ratio, and
   whether that is within ±15% (the issue's bar: for at least 80% of the configurations);
 - per decision of the tune with an interval: the ratio the long runs give for its two sides and
-  whether the tune's printed interval contains it (the coverage; the bar: at least 90%).
+  whether the tune's printed interval contains it (the coverage; the bar: at least 90%);
+- the tune's claims (each final configuration against the start, the tuned one against the fastest
+  other) against their long runs, with `--claim-rounds` (3) long runs of each final configuration
+  (the study's own rounds count; the missing ones are run after them, interleaved), and whether the
+  tuned configuration reaches 0.90x of the fastest other (geometric means).
 
 The long runs are ordinary training runs (`python -m segperf.train`), run one at a time in this
 process's folder `--out`; nothing of the tune is changed. A study of a 10-minute tune's ~20
@@ -122,6 +126,88 @@ def coverage(found: list[dict[str, Any]], configs: dict[str, Config], longs: dic
     return rows
 
 
+def final_labels(configs: dict[str, Config], record: dict[str, Any]) -> dict[str, str]:
+    """The final side by side's names (start, each preset, tuned) -> their labels in `configs`."""
+    by_config = {config: label for label, config in configs.items()}
+    final = record["result"].get("final_configs") or {}
+    return {name: by_config[tuple(config)] for name, config in final.items() if tuple(config) in by_config}
+
+
+def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]) -> dict[str, Any]:
+    """The tune's printed claims (segperf.tune.report: each final configuration against the start,
+    the tuned one against the fastest other) beside the ratios of the long runs' geometric means,
+    and the tuned configuration against the fastest other by the long runs alone (the bar: 0.90x)."""
+    from segperf.tune.report import final_table, tuned_against_presets
+
+    level = float(record.get("settings", {}).get("level") or 0.95)
+    rate = {name: geomean(longs.get(label, [])) for name, label in names.items()}
+    rows = []
+    for row in final_table(record["result"], level):
+        if row["name"] == "start" or row["vs_start"] is None:
+            continue
+        low, high = row["vs_start_interval"]
+        truth = rate[row["name"]] / rate["start"] if rate.get(row["name"]) and rate.get("start") else None
+        covered = None if truth is None or low is None else low <= truth <= high
+        rows.append(
+            {
+                "claim": f"{row['name']} vs start",
+                "ratio": row["vs_start"],
+                "low": low,
+                "high": high,
+                "long_ratio": truth,
+                "covered": covered,
+            }
+        )
+    printed = tuned_against_presets(record["result"], level)
+    others = {n: r for n, r in rate.items() if n not in ("tuned", "start") and r}
+    fastest = max(others, key=others.__getitem__) if others else None
+    against = fastest and rate.get("tuned") and rate["tuned"] / others[fastest]
+    if printed is not None:
+        truth = (
+            rate.get("tuned") / rate[printed["against"]] if rate.get("tuned") and rate.get(printed["against"]) else None
+        )
+        covered = None if truth is None or printed["low"] is None else printed["low"] <= truth <= printed["high"]
+        rows.append(
+            {
+                "claim": f"tuned vs {printed['against']}",
+                "ratio": printed["ratio"],
+                "low": printed["low"],
+                "high": printed["high"],
+                "long_ratio": truth,
+                "covered": covered,
+            }
+        )
+    runs = {name: len([v for v in longs.get(label, []) if v]) for name, label in names.items()}
+    return {
+        "rows": rows,
+        "long_images_per_s": rate,
+        "long_runs": runs,
+        "fastest_other": fastest,
+        "tuned_vs_fastest": against or None,
+        "reaches_0_90": None if not against else against >= 0.90,
+    }
+
+
+def claims_markdown(found: dict[str, Any]) -> str:
+    lines = ["| claim | printed | long runs | contains it |", "|---|---|---:|:-:|"]
+    for row in found["rows"]:
+        held = {True: "yes", False: "**no**", None: "n/a"}[row["covered"]]
+        spread = f" [{row['low']:.2f}-{row['high']:.2f}]" if row["low"] is not None else ""
+        truth = "n/a" if row["long_ratio"] is None else f"{row['long_ratio']:.2f}x"
+        lines.append(f"| {row['claim']} | {row['ratio']:.2f}x{spread} | {truth} | {held} |")
+    rates = ", ".join(
+        f"{name} {rate:.3g} (x{found['long_runs'][name]})" for name, rate in found["long_images_per_s"].items() if rate
+    )
+    lines += ["", f"Long runs, geometric mean images/s (runs): {rates}."]
+    if found["tuned_vs_fastest"] is not None:
+        verdict = "reaches" if found["reaches_0_90"] else "**misses**"
+        lines.append(
+            f"Tuned against the fastest other ({found['fastest_other']}): {found['tuned_vs_fastest']:.2f}x, "
+            f"{verdict} 0.90x."
+        )
+    return "\n".join(lines) + "\n"
+
+
 def share(flags: Sequence[bool | None]) -> str:
     known = [f for f in flags if f is not None]
     return f"{sum(known)}/{len(known)} ({sum(known) / len(known):.0%})" if known else "n/a"
@@ -200,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tune_dir", type=Path, help="a finished tune's folder (its tune.json)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of probe + long run (2)")
     parser.add_argument("--long-steps", type=int, default=64, help="timed steps of a long run (64)")
+    parser.add_argument(
+        "--claim-rounds", type=int, default=3, help="long runs of each final configuration for the claims (3)"
+    )
     parser.add_argument("--only", type=int, default=0, help="study only the first N configurations (0: all)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take (1800)")
     parser.add_argument("--out", type=Path, default=Path("outputs/probe-calibration"))
@@ -226,17 +315,27 @@ def main(argv: list[str] | None = None) -> int:
                     rate = (results.get("train") or {}).get("images_per_s")
                     longs[label].append(rate)
                 print(f"round {round_ + 1}, {label}: {kind} {'failed' if rate is None else f'{rate:.3g} images/s'}")
+    names = final_labels(configs, record)
+    for round_ in range(args.rounds, args.claim_rounds):  # the claims' configurations, interleaved
+        for name, label in names.items():
+            run_dir = args.out.resolve() / f"{number}_long_{name.replace(' ', '_').replace('=', '-')}_r{round_}"
+            number += 1
+            results = train(long_job(configs[label]), run_dir, args.timeout)
+            rate = (results.get("train") or {}).get("images_per_s")
+            longs[label].append(rate)
+            print(f"round {round_ + 1}, {name}: long {'failed' if rate is None else f'{rate:.3g} images/s'}")
     rows = table(configs, probes, longs)
     covered = coverage(decisions(record), configs, longs)
+    found = claims(record, names, longs)
     machine = record.get("machine") or {}
     about = (
         f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores (avx512_bf16: "
         f"{machine.get('avx512_bf16')}, amx_bf16: {machine.get('amx_bf16')}), torch {machine.get('torch', '?')}; "
         f"tune `{record.get('command', '?')}`; {args.rounds} rounds, long runs of {args.long_steps} steps."
     )
-    text = markdown(rows, covered, about)
+    text = markdown(rows, covered, about) + "\n" + claims_markdown(found)
     (args.out / "calibration.md").write_text(text)
-    data = {"about": about, "configurations": rows, "decisions": covered}
+    data = {"about": about, "configurations": rows, "decisions": covered, "claims": found}
     (args.out / "calibration.json").write_text(json.dumps(data, indent=2, default=list))
     print(text)
     return 0

@@ -68,6 +68,28 @@ def test_the_table_and_the_coverage_read_geometric_means_of_the_interleaved_runs
     assert "Printed intervals containing the long runs' ratio: 0/1 (0%)" in text
 
 
+def test_the_claims_are_the_tunes_printed_ratios_beside_the_long_runs_and_the_tuned_one_against_the_fastest_other():
+    start, tuned, preset = ("a",), ("a", "w"), ("a", "p")
+    final = {"start": start, "+opt=all": preset, "tuned": tuned}
+    runs = {"start": [10.0, 10.5, 9.5], "+opt=all": [20.0, 21.0, 19.0], "tuned": [19.0, 19.5, 18.5]}
+    rec = record(list(start), [], {name: list(c) for name, c in final.items()})
+    rec["result"]["final"] = {name: [{"images_per_s": r} for r in rates] for name, rates in runs.items()}
+    configs = {"start": start, "p": preset, "w": tuned}
+    names = study["final_labels"](configs, rec)
+    assert names == {"start": "start", "+opt=all": "p", "tuned": "w"}
+    # the long runs: the preset is faster than the probes said, the tuned one as fast as they said
+    longs = {"start": [10.0, 10.0, 10.0], "p": [25.0, 25.0, 25.0], "w": [19.0, 19.0, 19.0]}
+    found = study["claims"](rec, names, longs)
+    rows = {row["claim"]: row for row in found["rows"]}
+    assert rows["tuned vs start"]["long_ratio"] == pytest.approx(1.9) and rows["tuned vs start"]["covered"] is True
+    assert (
+        rows["tuned vs +opt=all"]["long_ratio"] == pytest.approx(0.76) and rows["tuned vs +opt=all"]["covered"] is False
+    )
+    assert found["fastest_other"] == "+opt=all" and found["tuned_vs_fastest"] == pytest.approx(0.76)
+    assert found["reaches_0_90"] is False
+    assert "misses** 0.90x" in study["claims_markdown"](found)
+
+
 @pytest.mark.slow  # four tiny training runs (~1 min on 2 cores)
 def test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuration_and_writes_its_table(
     tiny_carvana, tmp_path
@@ -85,9 +107,10 @@ def test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuratio
     tune = tmp_path / "tune"
     tune.mkdir()
     steps = [step(other, start, 0.8, 1.3, 1.0)]
-    (tune / "tune.json").write_text(json.dumps(record(start, steps, {"start": start}, probe)))
+    (tune / "tune.json").write_text(json.dumps(record(start, steps, {"start": start, "tuned": other}, probe)))
     out = tmp_path / "study"
     command = [sys.executable, str(SCRIPT), str(tune), "--rounds", "1", "--long-steps", "4", "--out", str(out)]
+    command += ["--claim-rounds", "2"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "calibration.json").read_text())
@@ -96,6 +119,10 @@ def test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuratio
     assert all(row["probe_images_per_s"] and row["long_images_per_s"] for row in rows.values())
     assert result["decisions"][0]["long_ratio"] is not None
     runs = sorted(p.name for p in out.glob("*_*_*"))
-    assert [r.split("_")[1] for r in sorted(runs, key=lambda r: int(r.split("_")[0]))] == ["probe", "long"] * 2
+    # a round of probe + long run each, then the claims' second long run of each final configuration
+    assert [r.split("_")[1] for r in sorted(runs, key=lambda r: int(r.split("_")[0]))] == ["probe", "long"] * 2 + [
+        "long"
+    ] * 2
+    assert result["claims"]["long_runs"] == {"start": 2, "tuned": 2}
     assert json.loads((out / "0_probe_0_r0" / "results.json").read_text())["tune_probe"]["timed_steps"] >= 2
     assert "| `upsample=deconv` |" in (out / "calibration.md").read_text()
