@@ -39,7 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+from scipy import stats
 
+from segperf.perf.results import write_json_atomic
+from segperf.report.stats import Noise, pooled_noise
 from segperf.tune.probe import Config
 from segperf.tune.runner import LaunchMeasure, merged, probe_from_results
 
@@ -66,7 +69,23 @@ def visited(record: dict[str, Any]) -> dict[str, Config]:
         if step.get("candidate_probes") or step.get("against_probes"):
             add(step["against"])
             add(step["candidate"])
-    return found
+    return {label: config for label, config in found.items() if config not in never_ran(record)}
+
+
+def never_ran(record: dict[str, Any]) -> set[Config]:
+    """The configurations every probe of which the tune cut at its time limit or saw fail (fp16
+    emulated on a CPU: minutes a step): the tune has no rate of theirs to calibrate, and a study
+    run of one, without the tune's time limit, could take an hour."""
+    seen: dict[Config, list[bool]] = {}
+    result = record["result"]
+    for step in result.get("steps") or []:
+        if step.get("stage") == "quality":
+            continue
+        for side, probes in (("candidate", step.get("candidate_probes")), ("against", step.get("against_probes"))):
+            for probe in probes or []:
+                ran = bool(probe) and probe.get("images_per_s") is not None and not probe.get("cut")
+                seen.setdefault(tuple(step[side]), []).append(ran or not probe)
+    return {config for config, ran in seen.items() if not any(ran)}
 
 
 def decisions(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -113,17 +132,83 @@ def table(configs: dict[str, Config], probes: dict[str, list], longs: dict[str, 
     return rows
 
 
-def coverage(found: list[dict[str, Any]], configs: dict[str, Config], longs: dict[str, list]) -> list[dict[str, Any]]:
-    """Each decision with the ratio the long runs give for its two sides and whether its interval holds it."""
+def coverage(
+    found: list[dict[str, Any]], configs: dict[str, Config], longs: dict[str, list], level: float = 0.95
+) -> list[dict[str, Any]]:
+    """Each decision with the ratio the long runs give for its two sides, whether its printed
+    interval holds it (`covered`), and whether the printed ratio agrees with it within both sides'
+    noise (`consistent`: the long runs' ratio is itself an estimate, see `consistent`)."""
     by_config = {config: label for label, config in configs.items()}
+    noise = long_noise(longs)
     rows = []
     for decision in found:
         a, b = by_config.get(decision["candidate"]), by_config.get(decision["against"])
         long_a, long_b = geomean(longs.get(a, [])), geomean(longs.get(b, []))
         truth = long_a / long_b if long_a and long_b else None
         covered = None if truth is None else decision["low"] <= truth <= decision["high"]
-        rows.append({**decision, "candidate": a, "against": b, "long_ratio": truth, "covered": covered})
+        runs = (len(_rated(longs.get(a, []))), len(_rated(longs.get(b, []))))
+        agrees = consistent(decision["ratio"], decision["low"], decision["high"], truth, runs, noise, level)
+        rows.append(
+            {**decision, "candidate": a, "against": b, "long_ratio": truth, "covered": covered, "consistent": agrees}
+        )
     return rows
+
+
+def long_noise(longs: dict[str, list]) -> Noise | None:
+    """The long runs' run-to-run noise: the variance of log images/s about each configuration's
+    mean, pooled over every configuration with two or more (segperf.report.stats.pooled_noise)."""
+    return pooled_noise([_rated(runs) for runs in longs.values()])
+
+
+def consistent(
+    ratio: float | None,
+    low: float | None,
+    high: float | None,
+    truth: float | None,
+    runs: tuple[int, int],
+    noise: Noise | None,
+    level: float,
+) -> bool | None:
+    """Whether a printed ratio and the long runs' ratio differ by less than both estimates' noise
+    allows: |log printed - log long| <= z x sqrt(se_printed^2 + se_long^2), where se_printed is the
+    printed interval's half-width in logs over z (the normal quantile at `level`; the tune's t
+    quantile is larger, so this overstates se_printed a little) and se_long is the long runs'
+    pooled noise over `runs` runs a side. Why beside `covered`: with two long runs a side the long
+    runs' ratio scatters by about as much as a tune's interval is wide, so an interval that is
+    right about the ratio misses the long runs' estimate of it about a third of the time."""
+    if None in (ratio, low, high, truth) or noise is None or min(runs) < 1:
+        return None
+    z = stats.norm.ppf(0.5 + level / 2)
+    se_printed = math.log(high / low) / (2 * z)
+    se_long = math.sqrt(noise.variance * (1 / runs[0] + 1 / runs[1]))
+    return bool(abs(math.log(ratio / truth)) <= z * math.hypot(se_printed, se_long))
+
+
+def tune_noise(record: dict[str, Any]) -> Noise | None:
+    """The run-to-run noise of the tune's own speed probes (its full runs, pooled over every
+    configuration it measured twice or more): the noise its printed intervals were made with."""
+    seen: dict[tuple, list] = {}
+    result = record["result"]
+    for step in result.get("steps") or []:
+        if step.get("stage") == "quality":
+            continue
+        for side in ("candidate", "against"):
+            probes = step.get(f"{side}_probes") or []
+            if len(probes) > len(seen.get(tuple(step[side]), [])):
+                seen[tuple(step[side])] = probes
+    for name, probes in (result.get("final") or {}).items():
+        config = tuple((result.get("final_configs") or {}).get(name) or ())
+        if len(probes) > len(seen.get(config, [])):
+            seen[config] = probes
+    full = [
+        [p["images_per_s"] for p in probes if p.get("images_per_s") and not (p.get("cut") or p.get("screened"))]
+        for probes in seen.values()
+    ]
+    return pooled_noise(full)
+
+
+def _rated(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v]
 
 
 def final_labels(configs: dict[str, Config], record: dict[str, Any]) -> dict[str, str]:
@@ -141,6 +226,8 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
 
     level = float(record.get("settings", {}).get("level") or 0.95)
     rate = {name: geomean(longs.get(label, [])) for name, label in names.items()}
+    count = {name: len(_rated(longs.get(label, []))) for name, label in names.items()}
+    noise = long_noise(longs)
     rows = []
     for row in final_table(record["result"], level):
         if row["name"] == "start" or row["vs_start"] is None:
@@ -148,6 +235,7 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
         low, high = row["vs_start_interval"]
         truth = rate[row["name"]] / rate["start"] if rate.get(row["name"]) and rate.get("start") else None
         covered = None if truth is None or low is None else low <= truth <= high
+        sides = (count[row["name"]], count["start"])
         rows.append(
             {
                 "claim": f"{row['name']} vs start",
@@ -156,6 +244,7 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
                 "high": high,
                 "long_ratio": truth,
                 "covered": covered,
+                "consistent": consistent(row["vs_start"], low, high, truth, sides, noise, level),
             }
         )
     printed = tuned_against_presets(record["result"], level)
@@ -167,6 +256,7 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
             rate.get("tuned") / rate[printed["against"]] if rate.get("tuned") and rate.get(printed["against"]) else None
         )
         covered = None if truth is None or printed["low"] is None else printed["low"] <= truth <= printed["high"]
+        sides = (count.get("tuned", 0), count.get(printed["against"], 0))
         rows.append(
             {
                 "claim": f"tuned vs {printed['against']}",
@@ -175,9 +265,10 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
                 "high": printed["high"],
                 "long_ratio": truth,
                 "covered": covered,
+                "consistent": consistent(printed["ratio"], printed["low"], printed["high"], truth, sides, noise, level),
             }
         )
-    runs = {name: len([v for v in longs.get(label, []) if v]) for name, label in names.items()}
+    runs = count
     return {
         "rows": rows,
         "long_images_per_s": rate,
@@ -189,12 +280,12 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
 
 
 def claims_markdown(found: dict[str, Any]) -> str:
-    lines = ["| claim | printed | long runs | contains it |", "|---|---|---:|:-:|"]
+    lines = ["| claim | printed | long runs | contains it | agrees within both noises |", "|---|---|---:|:-:|:-:|"]
     for row in found["rows"]:
-        held = {True: "yes", False: "**no**", None: "n/a"}[row["covered"]]
         spread = f" [{row['low']:.2f}-{row['high']:.2f}]" if row["low"] is not None else ""
         truth = "n/a" if row["long_ratio"] is None else f"{row['long_ratio']:.2f}x"
-        lines.append(f"| {row['claim']} | {row['ratio']:.2f}x{spread} | {truth} | {held} |")
+        held, agrees = _mark(row["covered"]), _mark(row.get("consistent"))
+        lines.append(f"| {row['claim']} | {row['ratio']:.2f}x{spread} | {truth} | {held} | {agrees} |")
     rates = ", ".join(
         f"{name} {rate:.3g} (x{found['long_runs'][name]})" for name, rate in found["long_images_per_s"].items() if rate
     )
@@ -213,7 +304,9 @@ def share(flags: Sequence[bool | None]) -> str:
     return f"{sum(known)}/{len(known)} ({sum(known) / len(known):.0%})" if known else "n/a"
 
 
-def markdown(rows: list[dict[str, Any]], covered: list[dict[str, Any]], about: str) -> str:
+def markdown(
+    rows: list[dict[str, Any]], covered: list[dict[str, Any]], about: str, noises: dict[str, Noise | None] | None = None
+) -> str:
     def num(value: float | None, spec: str = ".3g") -> str:
         return "n/a" if value is None else format(value, spec)
 
@@ -226,16 +319,27 @@ def markdown(rows: list[dict[str, Any]], covered: list[dict[str, Any]], about: s
             f"| {num(row['probe_over_long'], '.2f')} | {within} |"
         )
     lines += ["", f"Probes within ±15% of the long runs: {share([r['within'] for r in rows])}.", ""]
-    lines += ["| decision | printed | long runs | contains it |", "|---|---|---:|:-:|"]
+    lines += ["| decision | printed | long runs | contains it | agrees within both noises |", "|---|---|---:|:-:|:-:|"]
     for row in covered:
-        held = {True: "yes", False: "**no**", None: "n/a"}[row["covered"]]
         printed = f"{num(row['ratio'], '.2f')}x [{row['low']:.2f}-{row['high']:.2f}]"
+        marks = f"{_mark(row['covered'])} | {_mark(row.get('consistent'))}"
         lines.append(
             f"| {row['stage']} {row['axis']}: `{row['candidate']}` vs `{row['against']}` "
-            f"| {printed} | {num(row['long_ratio'], '.2f')}x | {held} |"
+            f"| {printed} | {num(row['long_ratio'], '.2f')}x | {marks} |"
         )
     lines += ["", f"Printed intervals containing the long runs' ratio: {share([r['covered'] for r in covered])}."]
+    lines += [
+        f"Printed ratios agreeing with the long runs' within both estimates' noise: "
+        f"{share([r.get('consistent') for r in covered])}."
+    ]
+    if noises:
+        said = "; ".join(f"{what} {n.relative:.1%} ({n.df} df)" for what, n in noises.items() if n is not None)
+        lines += [f"Run-to-run noise of one run's images/s: {said}."]
     return "\n".join(lines) + "\n"
+
+
+def _mark(flag: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "n/a"}[flag]
 
 
 class ComposingLoader:
@@ -292,12 +396,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, default=0, help="study only the first N configurations (0: all)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take (1800)")
     parser.add_argument("--out", type=Path, default=Path("outputs/probe-calibration"))
+    parser.add_argument(
+        "--tables-only", action="store_true", help="run nothing: the tables again from --out's calibration.json"
+    )
     args = parser.parse_args(argv)
     record = json.loads((args.tune_dir / "tune.json").read_text())
     configs = visited(record)
     if args.only:
         configs = dict(list(configs.items())[: args.only])
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.tables_only:
+        done = json.loads((args.out / "calibration.json").read_text())["configurations"]
+        probes = {row["configuration"]: row["probes"] for row in done}
+        longs = {row["configuration"]: row["long_runs"] for row in done}
+    else:
+        probes, longs = measure(args, record, configs)
+    print(write(args, record, configs, probes, longs))
+    return 0
+
+
+def measure(args: argparse.Namespace, record: dict[str, Any], configs: dict[str, Config]) -> tuple[dict, dict]:
+    """The study's runs: `--rounds` rounds of a probe and a long run of each configuration, then the
+    final configurations' long runs up to `--claim-rounds`; each configuration's images/s, in order."""
     probe_job, long_job = jobs(record, args.out.resolve(), args.long_steps)
     probes: dict[str, list] = {label: [] for label in configs}
     longs: dict[str, list] = {label: [] for label in configs}
@@ -315,30 +435,42 @@ def main(argv: list[str] | None = None) -> int:
                     rate = (results.get("train") or {}).get("images_per_s")
                     longs[label].append(rate)
                 print(f"round {round_ + 1}, {label}: {kind} {'failed' if rate is None else f'{rate:.3g} images/s'}")
-    names = final_labels(configs, record)
     for round_ in range(args.rounds, args.claim_rounds):  # the claims' configurations, interleaved
-        for name, label in names.items():
+        for name, label in final_labels(configs, record).items():
             run_dir = args.out.resolve() / f"{number}_long_{name.replace(' ', '_').replace('=', '-')}_r{round_}"
             number += 1
             results = train(long_job(configs[label]), run_dir, args.timeout)
             rate = (results.get("train") or {}).get("images_per_s")
             longs[label].append(rate)
             print(f"round {round_ + 1}, {name}: long {'failed' if rate is None else f'{rate:.3g} images/s'}")
+    return probes, longs
+
+
+def write(
+    args: argparse.Namespace, record: dict[str, Any], configs: dict[str, Config], probes: dict, longs: dict
+) -> str:
+    """calibration.md and calibration.json in `--out`; the Markdown."""
     rows = table(configs, probes, longs)
-    covered = coverage(decisions(record), configs, longs)
-    found = claims(record, names, longs)
+    level = float(record.get("settings", {}).get("level") or 0.95)
+    covered = coverage(decisions(record), configs, longs, level)
+    found = claims(record, final_labels(configs, record), longs)
+    noises = {
+        "the tune's probes": tune_noise(record),
+        "the study's probes": pooled_noise([_rated(v) for v in probes.values()]),
+        "the long runs": long_noise(longs),
+    }
     machine = record.get("machine") or {}
     about = (
         f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores (avx512_bf16: "
         f"{machine.get('avx512_bf16')}, amx_bf16: {machine.get('amx_bf16')}), torch {machine.get('torch', '?')}; "
         f"tune `{record.get('command', '?')}`; {args.rounds} rounds, long runs of {args.long_steps} steps."
     )
-    text = markdown(rows, covered, about) + "\n" + claims_markdown(found)
+    text = markdown(rows, covered, about, noises) + "\n" + claims_markdown(found)
     (args.out / "calibration.md").write_text(text)
-    data = {"about": about, "configurations": rows, "decisions": covered, "claims": found}
-    (args.out / "calibration.json").write_text(json.dumps(data, indent=2, default=list))
-    print(text)
-    return 0
+    noise = {what: None if n is None else {"relative": n.relative, "df": n.df} for what, n in noises.items()}
+    data = {"about": about, "configurations": rows, "decisions": covered, "claims": found, "noise": noise}
+    write_json_atomic(args.out / "calibration.json", json.loads(json.dumps(data, default=list)))
+    return text
 
 
 if __name__ == "__main__":

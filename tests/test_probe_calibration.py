@@ -54,6 +54,21 @@ def test_the_configurations_a_tune_visited_are_its_final_ones_and_both_sides_of_
     assert [d["ratio"] for d in study["decisions"](record(start, steps))] == [1.3]
 
 
+def test_a_configuration_the_tune_only_ever_cut_or_saw_fail_is_left_out_of_the_study():
+    # fp16 emulated on a CPU: minutes a step; the study runs without the tune's time limit
+    start, tuned = ["a"], ["a", "w"]
+    fp16, broken = ["a", "w", "precision=fp16"], ["a", "w", "compile=on"]
+    cut = {"images_per_s": None, "cut": True}
+    steps = [
+        step(tuned, start) | {"candidate_probes": [{"images_per_s": 12.0}], "against_probes": [{"images_per_s": 4.0}]},
+        step(fp16, tuned) | {"candidate_probes": [cut], "against_probes": [{"images_per_s": 12.0}]},
+        step(broken, tuned) | {"candidate_probes": [{"images_per_s": None, "failed": "boom"}, {"images_per_s": 3.0}]},
+    ]
+    found = study["visited"](record(start, steps, {"start": start, "tuned": tuned}))
+    assert tuple(fp16) not in found.values()
+    assert tuple(broken) in found.values()  # one of its probes ran: it has a rate to calibrate
+
+
 def test_the_table_and_the_coverage_read_geometric_means_of_the_interleaved_runs():
     configs = {"start": ("a",), "workers=auto": ("a", "w")}
     probes = {"start": [10.0, 10.0], "workers=auto": [20.0, 18.0]}
@@ -66,6 +81,39 @@ def test_the_table_and_the_coverage_read_geometric_means_of_the_interleaved_runs
     text = study["markdown"](rows, covered, "about")
     assert "Probes within ±15% of the long runs: 1/2 (50%)" in text
     assert "Printed intervals containing the long runs' ratio: 0/1 (0%)" in text
+
+
+def test_a_printed_ratio_agrees_with_the_long_runs_when_they_differ_by_less_than_both_estimates_noise():
+    from segperf.report.stats import Noise
+
+    four_percent = Noise(variance=0.04**2, df=20, configurations=10)
+    # a tight printed interval that misses the long runs' ratio (two runs a side, 4% each) by 3%:
+    # the long runs' own estimate is that uncertain, so the two agree
+    assert study["consistent"](1.00, 0.97, 1.03, 1.03, (2, 2), four_percent, 0.95) is True
+    # by 20% they do not, however the noise is counted
+    assert study["consistent"](1.00, 0.97, 1.03, 1.20, (2, 2), four_percent, 0.95) is False
+    # with more long runs a side, their estimate is tighter: 6% apart no longer agrees
+    assert study["consistent"](1.00, 0.98, 1.02, 1.06, (2, 2), four_percent, 0.95) is True
+    assert study["consistent"](1.00, 0.98, 1.02, 1.06, (40, 40), four_percent, 0.95) is False
+    assert study["consistent"](1.00, 0.98, 1.02, None, (2, 2), four_percent, 0.95) is None
+
+
+def test_the_tunes_own_noise_is_pooled_from_its_full_runs_once_per_configuration():
+    start, tuned = ["a"], ["a", "w"]
+    rates = {"a": [10.0, 10.4, 9.8, 10.2], "w": [20.0, 21.0]}
+    first = step(tuned, start) | {
+        "candidate_probes": [{"images_per_s": 20.0}],
+        "against_probes": [{"images_per_s": r} for r in rates["a"][:2]],
+    }
+    later = step(["a", "w", "x"], tuned) | {
+        "candidate_probes": [{"images_per_s": 5.0, "screened": True}],
+        "against_probes": [{"images_per_s": r} for r in rates["w"]],
+    }
+    rec = record(start, [first, later], {"start": start, "tuned": tuned})
+    rec["result"]["final"] = {"start": [{"images_per_s": r} for r in rates["a"]]}
+    noise = study["tune_noise"](rec)
+    # the start's four probes (the final's list, the longest seen) and the tuned one's two: 4 df
+    assert noise.df == 4 and 0.01 < noise.relative < 0.04
 
 
 def test_the_claims_are_the_tunes_printed_ratios_beside_the_long_runs_and_the_tuned_one_against_the_fastest_other():
@@ -126,3 +174,10 @@ def test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuratio
     assert result["claims"]["long_runs"] == {"start": 2, "tuned": 2}
     assert json.loads((out / "0_probe_0_r0" / "results.json").read_text())["tune_probe"]["timed_steps"] >= 2
     assert "| `upsample=deconv` |" in (out / "calibration.md").read_text()
+    # the tables again from what the study recorded, running nothing
+    (out / "calibration.md").unlink()
+    again = subprocess.run([*command, "--tables-only"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("*_*_*")) == runs  # nothing ran
+    assert json.loads((out / "calibration.json").read_text())["configurations"] == result["configurations"]
+    assert "Printed ratios agreeing with the long runs'" in (out / "calibration.md").read_text()

@@ -42,7 +42,7 @@ def run(search: Search) -> Config:
         if round_ == 0:
             charge(steps[open_[0]], search.start_alone() if not search.known(start) else [])
             probes = search.speed(configs, open_, start)
-        elif not (budget.affords if round_ >= settings.min_runs else budget.pays)(search, [*again, *configs], start):
+        elif not _pays_for(search, [*again, *configs], round_):
             search.stopped = True
             break
         else:
@@ -58,6 +58,14 @@ def run(search: Search) -> Config:
     for name in open_:
         decide(search, steps[name], runs=settings.max_runs)
     return adopt(search, list(steps.values()))
+
+
+def _pays_for(search: Search, configs: list[Config], round_: int) -> bool:
+    """Whether the budget pays for this round: the first `min_runs` rounds come before the
+    reserve (they decide what the tuned result is held to), the later ones after it."""
+    if round_ < search.settings.min_runs:
+        return budget.pays(search, configs, search.start)
+    return budget.affords(search, configs, search.start)
 
 
 def adopt(search: Search, steps: list[Step]) -> Config:
