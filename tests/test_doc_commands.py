@@ -76,11 +76,6 @@ ALLOWED = {
         "; each run is the `python -m segperf.train +opt=all` after it, composed here"
     ),
     "git clone <repo> fresh": "a fresh clone, as CI (.ci/run) starts from; its make targets are checked below",
-    "for r in 0 1; do for cfg in": (
-        "the shell loop of the tune's side by side in BENCHMARKS (runs alternated by hand); each of its runs is "
-        "`python -m segperf.train` with a preset (+opt=0_baseline, +opt=all, +opt=tuned), presets the ladder's "
-        "`make ladder` and the tune's commands on the same pages compose"
-    ),
     "for r in 0 1 2; do for cfg in": (
         "the shell loop that measured the image folder's story (runs alternated by hand); each of its runs is a "
         "configuration of the `-m ... workers=off,auto prefetch=off,on cache=off,memory` sweep on the same page, "

@@ -428,6 +428,9 @@ def test_the_report_shows_each_step_the_path_the_quality_check_and_the_side_by_s
         "tuned",
     ]
     assert "3.05 [3.00–3.10] ×2" in final
+    # what the intervals are of: the tune's minutes and the scatter of one run in them
+    assert "The intervals are of this tune's 5 minutes, in which one run's images/s scattered by" in text
+    assert "a run made later, or on a busier machine, scatters more" in text
 
 
 def quality_rows(section: str) -> dict[str, list[str]]:

@@ -267,7 +267,22 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
         "images/s pooled over the side-by-side); `~` marks one not distinguishable from 1. Every probe "
         "is a run folder here: `python -m segperf.report` reads them."
     )
+    if noise := final_noise(result.get("final") or {}):
+        lines += ["", drift_caveat(noise, result.get("elapsed_s") or 0.0)]
     return "\n".join(lines) + "\n"
+
+
+def drift_caveat(noise: Noise, elapsed_s: float) -> str:
+    """What the intervals are of: this tune's minutes. A calibration study found a tune's probes
+    scattering 2.3% run to run within it and the same probes 5.8% over the next hour, so that
+    intervals right about the tune's minutes held a later long run's ratio for 10 of 15 decisions
+    (docs/BENCHMARKS.md); a reader acting on a ratio later needs to know that."""
+    return (
+        f"The intervals are of this tune's {elapsed_s / 60:.0f} minutes, in which one run's images/s "
+        f"scattered by {noise.relative:.1%}; a run made later, or on a busier machine, scatters more, so "
+        'allow a few percent beyond them (docs/tuning.md, "How far a probe can be trusted"; '
+        "scripts/probe_calibration.py measures it for this tune)."
+    )
 
 
 def quality_line(check: Mapping[str, Any] | None) -> str:
