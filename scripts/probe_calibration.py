@@ -34,7 +34,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from scipy import stats
 from segperf.perf.results import write_json_atomic
 from segperf.report.stats import Noise, pooled_noise
 from segperf.tune.probe import Config
+from segperf.tune.report import final_table, full_runs, tuned_against_presets
+from segperf.tune.report import rates as report_rates
 from segperf.tune.runner import LaunchMeasure, merged, probe_from_results
 
 WITHIN = 0.15  # a probe within ±15% of the long run's images/s counts as calibrated
@@ -76,16 +78,22 @@ def never_ran(record: dict[str, Any]) -> set[Config]:
     """The configurations every probe of which the tune cut at its time limit or saw fail (fp16
     emulated on a CPU: minutes a step): the tune has no rate of theirs to calibrate, and a study
     run of one, without the tune's time limit, could take an hour."""
-    seen: dict[Config, list[bool]] = {}
-    result = record["result"]
-    for step in result.get("steps") or []:
+    ran: dict[Config, bool] = {}
+    for config, probes in speed_sides(record):
+        for probe in probes:  # an empty record of a probe says nothing against it
+            finished = not probe or (probe.get("images_per_s") is not None and not probe.get("cut"))
+            ran[config] = ran.get(config, False) or finished
+    return {config for config, finished in ran.items() if not finished}
+
+
+def speed_sides(record: dict[str, Any]) -> Iterator[tuple[Config, list[dict[str, Any]]]]:
+    """Each side of each speed comparison the tune recorded: its configuration and the probes it
+    was decided on (every probe of that run so far, in order)."""
+    for step in record["result"].get("steps") or []:
         if step.get("stage") == "quality":
             continue
-        for side, probes in (("candidate", step.get("candidate_probes")), ("against", step.get("against_probes"))):
-            for probe in probes or []:
-                ran = bool(probe) and probe.get("images_per_s") is not None and not probe.get("cut")
-                seen.setdefault(tuple(step[side]), []).append(ran or not probe)
-    return {config for config, ran in seen.items() if not any(ran)}
+        for side in ("candidate", "against"):
+            yield tuple(step[side]), step.get(f"{side}_probes") or []
 
 
 def decisions(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -133,13 +141,17 @@ def table(configs: dict[str, Config], probes: dict[str, list], longs: dict[str, 
 
 
 def coverage(
-    found: list[dict[str, Any]], configs: dict[str, Config], longs: dict[str, list], level: float = 0.95
+    found: list[dict[str, Any]],
+    configs: dict[str, Config],
+    longs: dict[str, list],
+    level: float = 0.95,
+    noise: Noise | None = None,
 ) -> list[dict[str, Any]]:
     """Each decision with the ratio the long runs give for its two sides, whether its printed
     interval holds it (`covered`), and whether the printed ratio agrees with it within both sides'
     noise (`consistent`: the long runs' ratio is itself an estimate, see `consistent`)."""
     by_config = {config: label for label, config in configs.items()}
-    noise = long_noise(longs)
+    noise = noise or long_noise(longs)
     rows = []
     for decision in found:
         a, b = by_config.get(decision["candidate"]), by_config.get(decision["against"])
@@ -187,24 +199,16 @@ def consistent(
 def tune_noise(record: dict[str, Any]) -> Noise | None:
     """The run-to-run noise of the tune's own speed probes (its full runs, pooled over every
     configuration it measured twice or more): the noise its printed intervals were made with."""
-    seen: dict[tuple, list] = {}
     result = record["result"]
-    for step in result.get("steps") or []:
-        if step.get("stage") == "quality":
-            continue
-        for side in ("candidate", "against"):
-            probes = step.get(f"{side}_probes") or []
-            if len(probes) > len(seen.get(tuple(step[side]), [])):
-                seen[tuple(step[side])] = probes
-    for name, probes in (result.get("final") or {}).items():
-        config = tuple((result.get("final_configs") or {}).get(name) or ())
-        if len(probes) > len(seen.get(config, [])):
-            seen[config] = probes
-    full = [
-        [p["images_per_s"] for p in probes if p.get("images_per_s") and not (p.get("cut") or p.get("screened"))]
-        for probes in seen.values()
+    final = [
+        (tuple((result.get("final_configs") or {}).get(name) or ()), probes)
+        for name, probes in (result.get("final") or {}).items()
     ]
-    return pooled_noise(full)
+    longest: dict[Config, list[dict[str, Any]]] = {}  # a run's probes accumulate: its longest list has them all
+    for config, probes in [*speed_sides(record), *final]:
+        if len(probes) > len(longest.get(config, [])):
+            longest[config] = probes
+    return pooled_noise([report_rates(full_runs(probes)) for probes in longest.values()])
 
 
 def _rated(values: Sequence[float | None]) -> list[float]:
@@ -218,16 +222,16 @@ def final_labels(configs: dict[str, Config], record: dict[str, Any]) -> dict[str
     return {name: by_config[tuple(config)] for name, config in final.items() if tuple(config) in by_config}
 
 
-def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]) -> dict[str, Any]:
+def claims(
+    record: dict[str, Any], names: dict[str, str], longs: dict[str, list], noise: Noise | None = None
+) -> dict[str, Any]:
     """The tune's printed claims (segperf.tune.report: each final configuration against the start,
     the tuned one against the fastest other) beside the ratios of the long runs' geometric means,
     and the tuned configuration against the fastest other by the long runs alone (the bar: 0.90x)."""
-    from segperf.tune.report import final_table, tuned_against_presets
-
     level = float(record.get("settings", {}).get("level") or 0.95)
+    noise = noise or long_noise(longs)
     rate = {name: geomean(longs.get(label, [])) for name, label in names.items()}
     count = {name: len(_rated(longs.get(label, []))) for name, label in names.items()}
-    noise = long_noise(longs)
     rows = []
     for row in final_table(record["result"], level):
         if row["name"] == "start" or row["vs_start"] is None:
@@ -268,11 +272,10 @@ def claims(record: dict[str, Any], names: dict[str, str], longs: dict[str, list]
                 "consistent": consistent(printed["ratio"], printed["low"], printed["high"], truth, sides, noise, level),
             }
         )
-    runs = count
     return {
         "rows": rows,
         "long_images_per_s": rate,
-        "long_runs": runs,
+        "long_runs": count,
         "fastest_other": fastest,
         "tuned_vs_fastest": against or None,
         "reaches_0_90": None if not against else against >= 0.90,
@@ -452,13 +455,13 @@ def write(
     """calibration.md and calibration.json in `--out`; the Markdown."""
     rows = table(configs, probes, longs)
     level = float(record.get("settings", {}).get("level") or 0.95)
-    covered = coverage(decisions(record), configs, longs, level)
-    found = claims(record, final_labels(configs, record), longs)
     noises = {
         "the tune's probes": tune_noise(record),
         "the study's probes": pooled_noise([_rated(v) for v in probes.values()]),
         "the long runs": long_noise(longs),
     }
+    covered = coverage(decisions(record), configs, longs, level, noises["the long runs"])
+    found = claims(record, final_labels(configs, record), longs, noises["the long runs"])
     machine = record.get("machine") or {}
     about = (
         f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores (avx512_bf16: "

@@ -18,6 +18,7 @@ from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
 from segperf.report.stats import Noise, compare_throughput, pooled_noise, summarize
 from segperf.tune.journal import probe_from_dict
+from segperf.tune.search.verdicts import Verdict
 from segperf.tune.space import without_keys
 
 VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
@@ -156,14 +157,14 @@ def axes_tried(result: Mapping[str, Any]) -> str:
     """`9 of 10 (not reached within the budget: pin)`: the axes a comparison of the axes' stage
     reached, measured or known from an earlier probe ("" for a record without its axes)."""
     names = result.get("axes") or []
+    if not names:
+        return ""
     reached = {
         s.get("axis")
         for s in result.get("steps") or []
-        if s.get("stage") in ("axes", "interactions") and s.get("verdict") != "skipped: budget"
+        if s.get("stage") in ("axes", "interactions") and s.get("verdict") != Verdict.SKIPPED
     }
     missed = [name for name in names if name not in reached]
-    if not names:
-        return ""
     return f"{len(names) - len(missed)} of {len(names)}" + (
         f" (not reached within the budget: {', '.join(missed)})" if missed else ""
     )

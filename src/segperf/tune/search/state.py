@@ -101,18 +101,14 @@ class Search:
     def comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
         """The tune's one decision rule (segperf.tune.decision), on the sides' images/s, with the
         run-to-run noise of every run measured so far."""
-        return compare(_positive(candidate), _positive(against), self.settings.level, self.rate_groups())
+        return compare(rates(candidate), rates(against), self.settings.level, self.rate_groups())
 
-    def rate_groups(self) -> list[list[float]]:
+    def rate_groups(self) -> list[list[float | None]]:
         """Each run's full-run images/s (screened and cut probes are of a few steps: not noise)."""
-        return [_positive(full_runs(probes)) for probes in self.ledger.groups(SPEED)]
+        return [rates(full_runs(probes)) for probes in self.ledger.groups(SPEED)]
 
 
 def charge(step: Step, probes: list[Probe]) -> None:
     """Count `probes` (and their wall time) as what `step` cost."""
     step.probes_run += len(probes)
     step.seconds += sum(p.wall_s for p in probes)
-
-
-def _positive(probes: list[Probe]) -> list[float]:
-    return [r for r in rates(probes) if r is not None]
