@@ -1,7 +1,5 @@
 """Phase accounting: every instant of a run belongs to one phase, counted once."""
 
-import time
-
 import pytest
 import torch
 
@@ -60,6 +58,7 @@ def test_the_tap_keeps_when_each_phase_call_happened_and_passes_every_call_on(mo
 
     from lightning.pytorch.profilers import PassThroughProfiler
 
+    from segperf.callbacks import profiler_tap
     from segperf.callbacks.profiler_tap import PhaseTap
 
     class Recording(PassThroughProfiler):
@@ -80,7 +79,8 @@ def test_the_tap_keeps_when_each_phase_call_happened_and_passes_every_call_on(mo
     # each edge read twice: the tap also times its own bookkeeping (measurement_cost.tap_s)
     edges = [t for edge in [1.0, 1.5, 2.0, 4.0, 5.0, 5.25] for t in (edge, edge)]
     clock = iter(edges + [9.0] * 4)  # the last, untimed action still reads the clock for its bookkeeping
-    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    # the tap's own clock, not time.perf_counter itself, which another thread of the process may read
+    monkeypatch.setattr(profiler_tap, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     for action in ("run_training_batch", "[_TrainingEpochLoop].train_dataloader_next", "run_training_batch"):
         with tap.profile(action):
             pass
@@ -140,10 +140,11 @@ def test_steady_state_batches_leave_out_the_warmup_steps():
 def test_clock_marks_warmup_end_and_pauses_for_validation_with_a_patched_clock(monkeypatch):
     from types import SimpleNamespace
 
+    from segperf.callbacks import phase_clock
     from segperf.callbacks.phase_clock import PhaseClock
 
     ticks = iter(range(100))
-    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(phase_clock, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
     trainer = SimpleNamespace(
         strategy=SimpleNamespace(root_device=SimpleNamespace(type="cpu")), state=SimpleNamespace(fn="fit")
     )

@@ -665,12 +665,19 @@ BATCHES_OF_4 = {
 }
 
 
+def fake_screen_clock(monkeypatch, screen_module, clock) -> None:
+    """ScreenOut's perf_counter reads `clock`; only its own: patching time.perf_counter itself let
+    another thread of the test process (a sampler of an earlier test) take a reading from the
+    clock, which then ran out (StopIteration) under xdist."""
+    monkeypatch.setattr(screen_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+
+
 @pytest.mark.parametrize("structure", BATCHES_OF_4)
 def test_screening_stops_the_fit_after_the_first_timed_steps_below_the_floor_and_records_it(monkeypatch, structure):
     from segperf.callbacks import screen_out as screen_module
 
     clock = iter([0.0, 10.0, 20.0, 30.0, 40.0])  # warm-up ends at 0 s; a batch of 4 every 10 s: 0.4 images/s
-    monkeypatch.setattr(screen_module.time, "perf_counter", lambda: next(clock))
+    fake_screen_clock(monkeypatch, screen_module, clock)
     callback, trainer = screen_module.ScreenOut(1.0, timed_steps=2, warmup_steps=2), FakeTrainer()
     batch = BATCHES_OF_4[structure]()
     for step in range(3):  # two warm-up steps (not judged), the first timed step (too few to judge)
@@ -696,8 +703,7 @@ def screen_steps(monkeypatch, seconds: list[float], floor: float = 1.0) -> tuple
     ends = [0.0, 0.0]  # two warm-up steps end at 0 s
     for duration in seconds:
         ends.append(ends[-1] + duration)
-    clock = iter(ends[1:])
-    monkeypatch.setattr(screen_module.time, "perf_counter", lambda: next(clock))
+    fake_screen_clock(monkeypatch, screen_module, iter(ends[1:]))
     callback, trainer = screen_module.ScreenOut(floor, timed_steps=2, warmup_steps=2), FakeTrainer()
     trainer.should_stop = False
     for step in range(len(ends) - 1):
