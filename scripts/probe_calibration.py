@@ -21,6 +21,10 @@ B-probe B-long ..., so that both see the machine in the same minutes. It writes,
   (the study's own rounds count; the missing ones are run after them, interleaved), and whether the
   tuned configuration reaches 0.90x of the fastest other (geometric means).
 
+It also records this machine's later-run noise (segperf.tune.later_noise): how much one run's
+images/s scattered between the study's runs of a configuration, the larger of its probes' and its
+long runs' pooled noise. The next tune on this machine counts it in the intervals it prints.
+
 The long runs are ordinary training runs (`python -m segperf.train`), run one at a time in this
 process's folder `--out`; nothing of the tune is changed. A study of a 10-minute tune's ~20
 configurations at 2 rounds takes about an hour on 2 cores: run it on a quiet machine.
@@ -43,6 +47,7 @@ from scipy import stats
 
 from segperf.perf.results import write_json_atomic
 from segperf.report.stats import Noise, pooled_noise
+from segperf.tune import later_noise
 from segperf.tune.probe import Config
 from segperf.tune.report import final_table, full_runs, tuned_against_presets
 from segperf.tune.report import rates as report_rates
@@ -412,10 +417,21 @@ def main(argv: list[str] | None = None) -> int:
         done = json.loads((args.out / "calibration.json").read_text())["configurations"]
         probes = {row["configuration"]: row["probes"] for row in done}
         longs = {row["configuration"]: row["long_runs"] for row in done}
-    else:
-        probes, longs = measure(args, record, configs)
+        print(write(args, record, configs, probes, longs))
+        return 0
+    probes, longs = measure(args, record, configs)
     print(write(args, record, configs, probes, longs))
+    if noise := machine_noise(probes, longs):
+        path = later_noise.remember(noise.relative, noise.df, args.out.resolve())
+        print(f"This machine's later-run noise: {noise.relative:.1%} ({noise.df} df), recorded in {path}")
     return 0
+
+
+def machine_noise(probes: dict, longs: dict) -> Noise | None:
+    """How much one run scattered between the study's runs of a configuration: the larger of the
+    probes' and the long runs' pooled noise (a later run may be either; the safe side is the wider)."""
+    found = [n for n in (pooled_noise([_rated(v) for v in probes.values()]), long_noise(longs)) if n is not None]
+    return max(found, key=lambda n: n.relative) if found else None
 
 
 def measure(args: argparse.Namespace, record: dict[str, Any], configs: dict[str, Config]) -> tuple[dict, dict]:

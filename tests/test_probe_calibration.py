@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from segperf.tune import later_noise
 from tests.conftest import NARROW_UNET, REPO
 
 SCRIPT = REPO / "scripts" / "probe_calibration.py"
@@ -174,10 +175,15 @@ def test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuratio
     assert result["claims"]["long_runs"] == {"start": 2, "tuned": 2}
     assert json.loads((out / "0_probe_0_r0" / "results.json").read_text())["tune_probe"]["timed_steps"] >= 2
     assert "| `upsample=deconv` |" in (out / "calibration.md").read_text()
+    # this machine's later-run noise, recorded for the next tune (the test's own SEGPERF_CACHE)
+    recorded = later_noise.recorded()[later_noise.machine_key()]
+    assert recorded["relative"] > 0 and recorded["study"] == str(out.resolve())
+    assert "This machine's later-run noise:" in done.stdout
     # the tables again from what the study recorded, running nothing
     (out / "calibration.md").unlink()
     again = subprocess.run([*command, "--tables-only"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in out.glob("*_*_*")) == runs  # nothing ran
+    assert "later-run noise" not in again.stdout  # tables again: nothing measured, nothing recorded
     assert json.loads((out / "calibration.json").read_text())["configurations"] == result["configurations"]
     assert "Printed ratios agreeing with the long runs'" in (out / "calibration.md").read_text()

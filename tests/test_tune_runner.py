@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from segperf.config import CONFIG_DIR
-from segperf.tune import cli, quality_runs, settings_check
+from segperf.tune import cli, later_noise, quality_runs, settings_check
 from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
 from segperf.tune.probe import Probe
 from segperf.tune.report import final_table, render, tuned_against_presets
@@ -428,9 +428,25 @@ def test_the_report_shows_each_step_the_path_the_quality_check_and_the_side_by_s
         "tuned",
     ]
     assert "3.05 [3.00–3.10] ×2" in final
-    # what the intervals are of: the tune's minutes and the scatter of one run in them
-    assert "The intervals are of this tune's 5 minutes, in which one run's images/s scattered by" in text
+    # what the intervals are of: a record from before the later-run noise: the tune's minutes alone
+    assert "The intervals (95%) are of this tune's 5 minutes, in which one run's images/s scattered by" in text
     assert "a run made later, or on a busier machine, scatters more" in text
+
+
+def test_the_reports_intervals_count_the_later_run_noise_the_tune_recorded():
+    """A tune that counted 5% later-run noise prints the final claims' intervals wider by it, around
+    the same ratios, and says where the figure came from; the decisions stay the tune's own."""
+    plain = fake_result().to_dict()
+    later = {**plain, "later_noise": {"relative": 0.05, "source": "measured on this machine"}}
+    for name in ("tuned", "+opt=all"):
+        (narrow,) = [r for r in final_table(plain, 0.95) if r["name"] == name]
+        (wide,) = [r for r in final_table(later, 0.95) if r["name"] == name]
+        assert wide["vs_start"] == narrow["vs_start"] and wide["distinguishable"] == narrow["distinguishable"]
+        assert wide["vs_start_interval"][0] < narrow["vs_start_interval"][0] - 0.05
+        assert wide["vs_start_interval"][1] > narrow["vs_start_interval"][1] + 0.05
+    text = render({"result": later, "machine": {"cpu_model": "Test CPU", "cores": 2}})
+    assert "where a later run of each configuration will put the ratio" in text
+    assert "5.0% run-to-run scatter between runs made at other times (measured on this machine)" in text
 
 
 def quality_rows(section: str) -> dict[str, list[str]]:
@@ -600,6 +616,9 @@ def test_a_real_tune_on_the_cpu_writes_its_preset_report_and_record_and_a_rerun_
     record = json.loads((folder / "tune.json").read_text())
     assert record["result"]["quality"]["probes"][0]["quality"] is not None  # the start's learning run
     assert record["result"]["quality"]["seeds"] == [3, 4]  # the seed the start's learning job composes, and the next
+    # a machine never measured: the printed intervals count the default later-run noise, and say so
+    assert record["result"]["later_noise"]["relative"] == later_noise.DEFAULT
+    assert "never measured" in (folder / "tune_report.md").read_text()
     # the side-by-side's rows (its probes, when the budget paid for them; a tiny budget may not)
     assert [row["name"] for row in record["final_table"]] == ["start", "+opt=all compile=off", "tuned"]
     print(done.stdout)

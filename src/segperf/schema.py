@@ -338,6 +338,7 @@ class TuneSchema:
     level: float = MISSING
     min_runs: int = MISSING
     max_runs: int = MISSING
+    later_noise: float | None = None
     probe: TuneProbeSchema = field(default_factory=TuneProbeSchema)
     quality: TuneQualitySchema = field(default_factory=TuneQualitySchema)
 

@@ -233,6 +233,38 @@ def compare_throughput(
     )
 
 
+def later_interval(versus: Comparison, later: float, within: float = 0.0) -> tuple[float | None, float | None]:
+    """Where one later run of each side will put `versus`'s ratio, at `versus.level`: a prediction
+    interval, not a confidence interval. `later` is how much one run's images/s scatters between
+    runs made at other times on this machine (0.05 for 5%); `within` how much it scattered among
+    the runs `versus` was measured from (their pooled noise, log scale: Noise.relative).
+
+    Why: a tune's or a sweep's runs share their minutes, in which a shared machine drifts little, so
+    their interval is of those minutes: a tune's probes scattered 2.3% within its 10 minutes and
+    4.5-5.8% over the next hour, and its intervals held a later long run's ratio for 10 of 15
+    decisions (docs/BENCHMARKS.md). The model: each configuration's speed moves from one period to
+    the next by drift (variance d^2 = later^2 - within^2 on log images/s, none when the runs scattered
+    as much as `later`) and each run scatters by `within` about that. The later ratio then differs
+    from `versus`'s by the comparison's own error (log_se^2), by the drift of both sides in the
+    runs' period (2 d^2: shared by all of their runs, so their interval cannot see it), and by one
+    later run of each (2 later^2). With `later` 0 it is `versus`'s own interval; (None, None) where
+    `versus` has none. tests/test_stats.py checks its coverage on simulated drifting machines."""
+    if versus.ratio is None or versus.low is None or versus.log_se is None:
+        return None, None
+    if later == 0:
+        return versus.low, versus.high
+    scatter = math.log1p(later)
+    known = 2 * max(0.0, scatter**2 - within**2) + 2 * scatter**2  # the drift and the later runs' part
+    variance = versus.log_se**2 + known
+    # Satterthwaite's degrees of freedom: `later` is given, not estimated from these runs, so only
+    # log_se's share of the variance carries the pool's few degrees of freedom (with all of them on
+    # the whole, a first comparison's t of 12.7 at one df would stretch the known part too)
+    df = math.inf if not versus.df or versus.log_se == 0 else versus.df * (variance / versus.log_se**2) ** 2
+    half = t_critical(versus.level, df) * math.sqrt(variance)
+    center = math.log(versus.ratio)
+    return math.exp(center - half), math.exp(center + half)
+
+
 @functools.lru_cache(maxsize=256)  # a sweep asks for one df over and over
 def t_critical(level: float, df: float) -> float:
     """The two-sided critical value of Student's t: P(|T| > t) = 1 - level with `df` degrees of

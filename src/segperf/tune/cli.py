@@ -71,7 +71,7 @@ def tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) -
 def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) -> Any:
     from segperf.config import cores_per_rank
     from segperf.schema import SettingsError
-    from segperf.tune import space
+    from segperf.tune import later_noise, space
     from segperf.tune.journal import Journal, check_same_tune
     from segperf.tune.native import computes_on_cpu, emulated_precisions, native_presets
     from segperf.tune.preset_choice import composable_presets
@@ -128,6 +128,7 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
         emulated=emulated,
         identity=speed.identity,
         seed=seed,
+        later=later_noise.for_this_machine(settings.get("later_noise")),
     )
     for note in notes:
         say(f"note: {note}")

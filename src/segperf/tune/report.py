@@ -2,8 +2,10 @@
 
 Made from the tune's record (what tune.json holds: the search's TuneResult as a dict, the machine,
 the command), never by re-running anything, like segperf.report for a sweep. Every ratio is the
-search's own decision (segperf.report.stats.compare_throughput: the ratio of geometric means with
-its interval at the tune's level); the final side-by-side is computed here the same way.
+search's own decision (segperf.report.stats.compare_throughput: the ratio of geometric means),
+printed with the interval a later run of each side falls in at the tune's level (later_interval,
+counting the machine's later-run noise the tune recorded); the final side-by-side is computed here
+the same way.
 Charts use matplotlib's object API on the Agg canvas (no display, no pyplot state), as the
 sweep report's do.
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
-from segperf.report.stats import Noise, compare_throughput, pooled_noise, summarize
+from segperf.report.stats import Noise, compare_throughput, later_interval, pooled_noise, summarize
 from segperf.tune.journal import probe_from_dict
 from segperf.tune.search.verdicts import Verdict
 from segperf.tune.space import without_keys
@@ -80,6 +82,15 @@ def ratio_cell(ratio: float | None, low: float | None, high: float | None, disti
     return f"{sign}{ratio:.2f}×{interval}"
 
 
+def later_of(result: Mapping[str, Any]) -> float:
+    """The later-run noise the tune's printed intervals count (0 for a record from before it)."""
+    return float((result.get("later_noise") or {}).get("relative") or 0.0)
+
+
+def relative(noise: Noise | None) -> float:
+    return noise.relative if noise is not None else 0.0
+
+
 def final_noise(final: Mapping[str, Any]) -> Noise | None:
     """The run-to-run noise pooled over every configuration of the final side-by-side (its full runs)."""
     return pooled_noise([rates(full_runs(probes)) for probes in final.values()])
@@ -122,11 +133,12 @@ def cost_summary(result: Mapping[str, Any]) -> str:
 def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]:
     """The final side-by-side: each configuration's images/s and its ratio to the start's."""
     final, configs = result.get("final") or {}, result.get("final_configs") or {}
-    start = final.get("start") or []
+    start, within = final.get("start") or [], relative(final_noise(final))
     rows = []
     for name, probes in final.items():
         stat = summarize(rates(full_runs(probes)))
         versus = compare_throughput(rates(full_runs(probes)), rates(full_runs(start)), final_noise(final), level)
+        low, high = later_interval(versus, later_of(result), within)
         rows.append(
             {
                 "name": name,
@@ -134,7 +146,7 @@ def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]
                 "runs": stat.n,
                 "images_per_s": {"median": stat.median, "min": stat.min, "max": stat.max},
                 "vs_start": None if name == "start" else versus.ratio,
-                "vs_start_interval": None if name == "start" else [versus.low, versus.high],
+                "vs_start_interval": None if name == "start" else [low, high],
                 "distinguishable": None if name == "start" else versus.distinguishable,
             }
         )
@@ -150,7 +162,8 @@ def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, 
         return None
     best = max(others, key=lambda n: summarize(rates(others[n])).median)
     versus = compare_throughput(rates(tuned), rates(others[best]), final_noise(final), level)
-    return {"against": best, "ratio": versus.ratio, "low": versus.low, "high": versus.high}
+    low, high = later_interval(versus, later_of(result), relative(final_noise(final)))
+    return {"against": best, "ratio": versus.ratio, "low": low, "high": high}
 
 
 def axes_tried(result: Mapping[str, Any]) -> str:
@@ -264,25 +277,31 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     lines += ["", *[f"![{Path(c).stem}]({Path(c).name})" for c in charts]]
     lines.append("")
     lines.append(
-        f"Ratios are of geometric mean images/s with their {level:.0%} interval (the noise of log "
-        "images/s pooled over the side-by-side); `~` marks one not distinguishable from 1. Every probe "
-        "is a run folder here: `python -m segperf.report` reads them."
+        "Ratios are of geometric mean images/s; `~` marks one not distinguishable from 1 in this tune. "
+        "Every probe is a run folder here: `python -m segperf.report` reads them."
     )
-    if noise := final_noise(result.get("final") or {}):
-        lines += ["", drift_caveat(noise, result.get("elapsed_s") or 0.0)]
+    lines += ["", intervals_note(result, level)]
     return "\n".join(lines) + "\n"
 
 
-def drift_caveat(noise: Noise, elapsed_s: float) -> str:
-    """What the intervals are of: this tune's minutes. A calibration study found a tune's probes
-    scattering 2.3% run to run within it and the same probes 5.8% over the next hour, so that
-    intervals right about the tune's minutes held a later long run's ratio for 10 of 15 decisions
-    (docs/BENCHMARKS.md); a reader acting on a ratio later needs to know that."""
+def intervals_note(result: Mapping[str, Any], level: float) -> str:
+    """What the printed intervals are of. A tune's own intervals are of its minutes: a calibration
+    study found its probes scattering 2.3% run to run within them and 4.5-5.8% over the next hour,
+    and intervals of the tune's minutes held a later long run's ratio for 10 of 15 decisions
+    (docs/BENCHMARKS.md). The printed ones count the later-run noise; the decisions do not."""
+    noise, later = final_noise(result.get("final") or {}), result.get("later_noise") or {}
+    within = f"in which one run's images/s scattered by {noise.relative:.1%}" if noise else "whose scatter is not known"
+    minutes = f"this tune's {(result.get('elapsed_s') or 0.0) / 60:.0f} minutes, {within}"
+    if not later.get("relative"):
+        return (
+            f"The intervals ({level:.0%}) are of {minutes}; a run made later, or on a busier machine, "
+            'scatters more (docs/tuning.md, "How far a probe can be trusted").'
+        )
     return (
-        f"The intervals are of this tune's {elapsed_s / 60:.0f} minutes, in which one run's images/s "
-        f"scattered by {noise.relative:.1%}; a run made later, or on a busier machine, scatters more, so "
-        'allow a few percent beyond them (docs/tuning.md, "How far a probe can be trusted"; '
-        "scripts/probe_calibration.py measures it for this tune)."
+        f"The intervals ({level:.0%}) are where a later run of each configuration will put the ratio: they "
+        f"count {minutes}, and {later['relative']:.1%} run-to-run scatter between runs made at other "
+        f"times ({later.get('source', 'tune.later_noise')}). The decisions (kept, slower, not "
+        "distinguishable) are of the tune's minutes: the note says where a later run may find the two even."
     )
 
 

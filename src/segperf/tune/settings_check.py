@@ -16,6 +16,11 @@ def settings_problems(settings: Any) -> list[str]:
         ("level", 0 < settings.level < 1, "must be between 0 and 1, e.g. 0.95"),
         ("min_runs", settings.min_runs >= 2, "must be >= 2 (one run has no spread to judge noise by)"),
         ("max_runs", settings.max_runs >= settings.min_runs, f"must be >= tune.min_runs ({settings.min_runs})"),
+        (
+            "later_noise",
+            settings.get("later_noise") is None or 0 <= settings.later_noise < 1,
+            "must be between 0 and 1 (one run's relative scatter, e.g. 0.05), or null for this machine's record",
+        ),
         ("probe.steps", settings.probe.steps >= 2, "must be >= 2 timed steps (one has no spread), e.g. 8"),
         ("probe.max_steps", settings.probe.max_steps >= settings.probe.steps, "must be >= tune.probe.steps, e.g. 32"),
         (

@@ -21,7 +21,15 @@ def decide(search: Search, step: Step, *, runs: int) -> bool:
     """Judge `step` on its probes (segperf.tune.search.verdicts.judge); True when it is decided."""
     versus = search.comparison(step.candidate_probes, step.against_probes)
     settings = search.settings
-    return judge(step, versus, runs=runs, max_runs=settings.max_runs, screen_factor=settings.screen_factor)
+    return judge(
+        step,
+        versus,
+        runs=runs,
+        max_runs=settings.max_runs,
+        screen_factor=settings.screen_factor,
+        later=settings.later.relative,
+        within=search.within(),
+    )
 
 
 def measure_until_decided(

@@ -84,13 +84,13 @@ def adopt(search: Search, steps: list[Step]) -> Config:
     faster = sorted((s for s in steps if s.verdict == KEPT), key=lambda s: -(s.ratio or 0.0))
     if not faster:
         return search.start
-    best = faster[0]
+    best, later = faster[0], (search.settings.later.relative, search.within())
     for other in faster[1:]:
         versus = search.comparison(other.candidate_probes, faster[0].candidate_probes)
         other.verdict = SLOWER if versus.distinguishable else SAME
-        other.note = f"faster than the start, but {ratio_text(versus)} of {faster[0].axis}, side by side"
+        other.note = f"faster than the start, but {ratio_text(versus, *later)} of {faster[0].axis}, side by side"
         if other.verdict == SAME and best is faster[0] and stops_compiling(other.candidate, best.candidate):
-            other.verdict, other.note = KEPT, f"{UNCOMPILED_TIE} ({ratio_text(versus)} of {best.axis})"
+            other.verdict, other.note = KEPT, f"{UNCOMPILED_TIE} ({ratio_text(versus, *later)} of {best.axis})"
             best.verdict, best.note = SAME, f"as fast as {other.axis}, which does not compile"
             best = other
     return best.candidate

@@ -37,6 +37,11 @@ class Step:
     probes_run: int = 0
     seconds: float = 0.0
     reused: int = 0  # probes of earlier steps it decided on as well (the same runs, measured once)
+    # low and high are where a later run of each side will put the ratio (they count the machine's
+    # later-run noise: segperf.report.stats.later_interval); these, the decision's interval, are of
+    # the tune's own minutes
+    tune_low: float | None = None
+    tune_high: float | None = None
 
 
 @dataclass
@@ -80,6 +85,8 @@ class TuneResult:
     # the axes searched, in the order they were visited (axes_tried in segperf.tune.report reads
     # which of them a comparison reached)
     axes: list[str] = field(default_factory=list)
+    # the later-run noise the printed intervals count, and where it came from (segperf.tune.later_noise)
+    later_noise: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

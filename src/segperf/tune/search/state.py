@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from segperf.report.stats import Comparison
+from segperf.report.stats import Comparison, pooled_noise
 from segperf.tune.decision import compare
 from segperf.tune.journal import SPEED
+from segperf.tune.later_noise import NOT_COUNTED, LaterNoise
 from segperf.tune.ledger import Ledger
 from segperf.tune.probe import Config, Probe, full_runs, median_rate, rates
 from segperf.tune.search.records import QualityCheck, Step, TuneError
@@ -38,6 +39,9 @@ class Settings:
     # the seed of the start's learning run (the composed start's `seed`), and of the guard's confirming runs
     seeds: tuple[int, int] = (0, 1)
     guards_quality: bool = False
+    # how much one run scatters between runs made at other times here: printed intervals count it
+    # (segperf.tune.later_noise); the decisions are of the tune's own minutes
+    later: LaterNoise = NOT_COUNTED
 
     def is_emulated(self, option: Config) -> bool:
         return any(o in self.emulated for o in option)
@@ -102,6 +106,12 @@ class Search:
         """The tune's one decision rule (segperf.tune.decision), on the sides' images/s, with the
         run-to-run noise of every run measured so far."""
         return compare(rates(candidate), rates(against), self.settings.level, self.rate_groups())
+
+    def within(self) -> float:
+        """How much one run scattered among the tune's runs so far (their pooled noise, log scale; 0
+        before any configuration ran twice): the part of the later-run noise the tune has seen."""
+        noise = pooled_noise(self.rate_groups())
+        return noise.relative if noise is not None else 0.0
 
     def rate_groups(self) -> list[list[float | None]]:
         """Each run's full-run images/s (screened and cut probes are of a few steps: not noise)."""

@@ -38,8 +38,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import asdict
 
 from segperf.tune.journal import QUALITY, SPEED, Journal
+from segperf.tune.later_noise import NOT_COUNTED, LaterNoise
 from segperf.tune.ledger import Ledger
 from segperf.tune.probe import Config, Measure, config_of
 from segperf.tune.search import axes, final, presets, quality_guard
@@ -79,6 +81,7 @@ class Tuner:
         emulated: Mapping[str, str] | None = None,
         identity: Callable[[Config], Hashable] | None = None,
         seed: int = 0,
+        later: LaterNoise = NOT_COUNTED,
     ) -> None:
         start = config_of(start)
         self.settings = Settings(
@@ -93,6 +96,7 @@ class Tuner:
             emulated=dict(emulated or {}),
             seeds=(int(seed), int(seed) + 1),
             guards_quality=quality is not None,
+            later=later,
         )
         self.measures = {SPEED: measure, QUALITY: quality}
         self.budget_s, self.journal, self.clock, self.progress = float(budget_s), journal, clock, progress
@@ -140,4 +144,5 @@ class Tuner:
             busy_runs=sum(1 for p in taken if p.busy),
             over_budget=search.ledger.crossed,
             axes=[axis.name for axis in self.settings.axes],
+            later_noise=asdict(self.settings.later),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from segperf.report.stats import Comparison
+from segperf.report.stats import Comparison, later_interval
 from segperf.tune.probe import Config, median_rate
 
 if TYPE_CHECKING:
@@ -37,15 +37,30 @@ UNCOMPILED_TIE = (
 )
 
 
-def judge(step: Step, versus: Comparison, *, runs: int, max_runs: int, screen_factor: float | None) -> bool:
+def judge(
+    step: Step,
+    versus: Comparison,
+    *,
+    runs: int,
+    max_runs: int,
+    screen_factor: float | None,
+    later: float = 0.0,
+    within: float = 0.0,
+) -> bool:
     """Set `step`'s ratio, verdict and note from `versus` (its two sides compared) and its last
-    probe; True when it is decided (no more probes of the candidate)."""
-    step.ratio, step.low, step.high = versus.ratio, versus.low, versus.high
+    probe; True when it is decided (no more probes of the candidate). The verdict is of the tune's
+    own minutes (`versus`'s interval, kept as tune_low and tune_high: the search takes the faster
+    configuration as it measures now); the interval the step prints (low, high) is where a later run
+    of each side will put the ratio, counting `later`, this machine's later-run noise, and `within`,
+    the tune's own (segperf.report.stats.later_interval)."""
+    step.ratio, step.tune_low, step.tune_high = versus.ratio, versus.low, versus.high
+    step.low, step.high = later_interval(versus, later, within)
     last = step.candidate_probes[-1]
     if last.screened:
         best = median_rate(step.against_probes)
         step.ratio = (last.images_per_s / best) if last.images_per_s and best else step.ratio
-        step.low = step.high = None  # decided by screening, not by an interval around this ratio
+        # decided by screening, not by an interval around this ratio
+        step.low = step.high = step.tune_low = step.tune_high = None
         step.verdict = SLOWER
         step.note = (
             f"screened out after its first timed steps: {last.images_per_s or 0:.3g} images/s, under "
@@ -71,12 +86,23 @@ def judge(step: Step, versus: Comparison, *, runs: int, max_runs: int, screen_fa
         return True
     if versus.distinguishable:
         step.verdict = KEPT if (versus.ratio or 0) > 1 else SLOWER
+        if step.low is not None and step.low <= 1 <= step.high:
+            step.note = step.note or within_later_noise(step)
         return True
     step.verdict = SAME
     decided = runs >= max_runs
     if decided and step.stage != "presets" and stops_compiling(step.candidate, step.against):
         step.verdict, step.note = KEPT, UNCOMPILED_TIE
     return decided
+
+
+def within_later_noise(step: Step) -> str:
+    """The note of a verdict beyond the tune's noise whose later-run interval holds 1."""
+    faster = "faster" if step.verdict == KEPT else "slower"
+    return (
+        f"{faster} beyond the noise of this tune's minutes ({step.tune_low:.2f}-{step.tune_high:.2f}); "
+        "a run made later may find the two even"
+    )
 
 
 def stops_compiling(candidate: Config, against: Config) -> bool:
@@ -86,9 +112,10 @@ def stops_compiling(candidate: Config, against: Config) -> bool:
     return "compile=on" in against and "compile=on" not in candidate and differ <= {"compile=on", "compile=off"}
 
 
-def ratio_text(versus: Comparison) -> str:
-    """`0.93x [0.85-1.02]`: a comparison as a note says it."""
+def ratio_text(versus: Comparison, later: float = 0.0, within: float = 0.0) -> str:
+    """`0.93x [0.85-1.02]`: a comparison as a note says it (the interval a later run falls in)."""
     if versus.ratio is None:
         return "not comparable with it"
-    spread = f" [{versus.low:.2f}-{versus.high:.2f}]" if versus.low is not None else ""
+    low, high = later_interval(versus, later, within)
+    spread = f" [{low:.2f}-{high:.2f}]" if low is not None else ""
     return f"{versus.ratio:.2f}x{spread}"
