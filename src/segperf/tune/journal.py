@@ -44,6 +44,7 @@ def probe_from_dict(data: dict[str, Any]) -> Probe:
     values = {key: value for key, value in data.items() if key in known}
     for key in ("config", "not_applied", "losses"):
         values[key] = tuple(values.get(key) or ())
+    values.setdefault("images_per_s", None)
     return Probe(**values)
 
 

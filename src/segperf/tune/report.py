@@ -37,18 +37,8 @@ def rates(probes: Sequence[Mapping[str, Any]]) -> list[float | None]:
 
 
 def full_runs(probes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The probes with a full run's images/s, as the search decides on them: a screened probe's rate
-    is of its first timed steps (a cold torch.compile's 5.9 images/s where its full runs make 270),
-    a cut or failed one has none. Pooled with the rest, two screened probes of one preset widened
-    an outside model's claim, 205 against 414 images/s four runs a side, to [0.77-5.40]."""
-    return [p for p in probes if p.get("images_per_s") is not None and not _partial(p)]
-
-
-def _partial(probe: Mapping[str, Any]) -> str | None:
-    """Why a probe has no full run's images/s: screened, cut or failed (None: it has)."""
-    if probe.get("failed"):
-        return "failed"
-    return "screened out" if probe.get("screened") else ("cut" if probe.get("cut") else None)
+    """The recorded probes with a full run's images/s, by the search's own rule (Probe.full_run)."""
+    return [p for p in probes if probe_from_dict(dict(p)).full_run]
 
 
 def final_cell(probes: Sequence[Mapping[str, Any]]) -> str:
@@ -56,7 +46,7 @@ def final_cell(probes: Sequence[Mapping[str, Any]]) -> str:
     how many probes gave none and why (`+2 screened out`)."""
     partial: dict[str, int] = {}
     for probe in probes:
-        if why := _partial(probe):
+        if why := probe_from_dict(dict(probe)).partial:
             partial[why] = partial.get(why, 0) + 1
     counts = ", ".join(f"{n} {why}" for why, n in partial.items())
     full = full_runs(probes)
