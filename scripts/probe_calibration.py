@@ -103,7 +103,8 @@ def speed_sides(record: dict[str, Any]) -> Iterator[tuple[Config, list[dict[str,
 
 def decisions(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The tune's decisions that printed an interval: the two sides' configurations, the ratio and
-    interval it printed, its verdict."""
+    interval it printed (where a later run falls), the interval of the tune's own minutes it decided
+    on (the printed one in a record from before the two differed), its verdict."""
     return [
         {
             "stage": step["stage"],
@@ -113,6 +114,7 @@ def decisions(record: dict[str, Any]) -> list[dict[str, Any]]:
             "ratio": step.get("ratio"),
             "low": step["low"],
             "high": step["high"],
+            "own": [step.get("tune_low") or step["low"], step.get("tune_high") or step["high"]],
             "verdict": step.get("verdict"),
         }
         for step in record["result"].get("steps") or []
@@ -164,7 +166,8 @@ def coverage(
         truth = long_a / long_b if long_a and long_b else None
         covered = None if truth is None else decision["low"] <= truth <= decision["high"]
         runs = (len(_rated(longs.get(a, []))), len(_rated(longs.get(b, []))))
-        agrees = consistent(decision["ratio"], decision["low"], decision["high"], truth, runs, noise, level)
+        own = decision.get("own") or (decision["low"], decision["high"])
+        agrees = consistent(decision["ratio"], *own, truth, runs, noise, level)
         rows.append(
             {**decision, "candidate": a, "against": b, "long_ratio": truth, "covered": covered, "consistent": agrees}
         )
@@ -188,7 +191,8 @@ def consistent(
 ) -> bool | None:
     """Whether a printed ratio and the long runs' ratio differ by less than both estimates' noise
     allows: |log printed - log long| <= z x sqrt(se_printed^2 + se_long^2), where se_printed is the
-    printed interval's half-width in logs over z (the normal quantile at `level`; the tune's t
+    half-width in logs over z of the tune's own interval (`low`-`high`: of its minutes, not the
+    printed one, which adds a later run's scatter) (the normal quantile at `level`; the tune's t
     quantile is larger, so this overstates se_printed a little) and se_long is the long runs'
     pooled noise over `runs` runs a side. Why beside `covered`: with two long runs a side the long
     runs' ratio scatters by about as much as a tune's interval is wide, so an interval that is
@@ -253,7 +257,7 @@ def claims(
                 "high": high,
                 "long_ratio": truth,
                 "covered": covered,
-                "consistent": consistent(row["vs_start"], low, high, truth, sides, noise, level),
+                "consistent": consistent(row["vs_start"], *row["vs_start_own_interval"], truth, sides, noise, level),
             }
         )
     printed = tuned_against_presets(record["result"], level)
@@ -274,7 +278,7 @@ def claims(
                 "high": printed["high"],
                 "long_ratio": truth,
                 "covered": covered,
-                "consistent": consistent(printed["ratio"], printed["low"], printed["high"], truth, sides, noise, level),
+                "consistent": consistent(printed["ratio"], *printed["own"], truth, sides, noise, level),
             }
         )
     return {

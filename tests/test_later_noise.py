@@ -72,3 +72,18 @@ def test_a_later_noise_out_of_range_is_one_error_line(value, capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert f"segperf.tune: error: tune.later_noise={value}: must be between 0 and 1" in err
+
+
+def test_a_preset_slower_than_another_only_beyond_the_tunes_noise_says_a_later_run_may_find_them_even():
+    """Two presets both faster than the start, one 5% slower than the other in a quiet tune (0.5%
+    scatter): slower beyond the tune's noise, but within 5% later-run noise; the note says both."""
+    result = tune(
+        Workload({"precision=bf16": 2.0, "compile=on": 0.95}, seed=1, noise=0.005), later=LaterNoise(0.05, "t")
+    )
+    (compiled,) = [s for s in result.steps if s.stage == "presets" and s.axis == "+opt=all"]
+    assert compiled.verdict == "rejected: slower" and "compile=on" not in result.best
+    assert "of +opt=all compile=off, side by side" in compiled.note
+    assert (
+        "slower beyond this tune's noise only" in compiled.note
+        and "a run made later may find the two even" in compiled.note
+    )

@@ -99,6 +99,20 @@ def test_a_printed_ratio_agrees_with_the_long_runs_when_they_differ_by_less_than
     assert study["consistent"](1.00, 0.98, 1.02, None, (2, 2), four_percent, 0.95) is None
 
 
+def test_a_decision_is_held_by_its_printed_later_interval_and_judged_consistent_on_its_own_minutes_interval():
+    """A tune's step prints where a later run falls (low-high) and decided on the interval of its own
+    minutes (tune_low-tune_high): coverage reads the first, agreement within both noises the second."""
+    configs = {"start": ("a",), "workers=auto": ("a", "w")}
+    longs = {"start": [10.0, 10.0, 10.0], "workers=auto": [12.0, 12.0, 12.0]}  # 1.20x, no scatter
+    found = step(("a", "w"), ("a",), 0.9, 1.25, 1.05) | {"tune_low": 1.04, "tune_high": 1.06}
+    rec = {"result": {"steps": [found]}}
+    (row,) = study["coverage"](study["decisions"](rec), configs, longs)
+    assert row["covered"] is True and row["consistent"] is False
+    old = step(("a", "w"), ("a",), 0.9, 1.25, 1.05)  # a record from before: one interval for both
+    (row,) = study["coverage"](study["decisions"]({"result": {"steps": [old]}}), configs, longs)
+    assert row["covered"] is True and row["consistent"] is True
+
+
 def test_the_tunes_own_noise_is_pooled_from_its_full_runs_once_per_configuration():
     start, tuned = ["a"], ["a", "w"]
     rates = {"a": [10.0, 10.4, 9.8, 10.2], "w": [20.0, 21.0]}

@@ -137,6 +137,8 @@ def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]
                 "images_per_s": {"median": stat.median, "min": stat.min, "max": stat.max},
                 "vs_start": None if name == "start" else versus.ratio,
                 "vs_start_interval": None if name == "start" else [low, high],
+                # the interval of the tune's own minutes (the one `distinguishable` reads)
+                "vs_start_own_interval": None if name == "start" else [versus.low, versus.high],
                 "distinguishable": None if name == "start" else versus.distinguishable,
             }
         )
@@ -153,7 +155,7 @@ def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, 
     best = max(others, key=lambda n: summarize(rates(others[n])).median)
     versus = compare_throughput(rates(tuned), rates(others[best]), final_noise(final), level)
     low, high = later_interval(versus, later_of(result), relative(final_noise(final)))
-    return {"against": best, "ratio": versus.ratio, "low": low, "high": high}
+    return {"against": best, "ratio": versus.ratio, "low": low, "high": high, "own": [versus.low, versus.high]}
 
 
 def axes_tried(result: Mapping[str, Any]) -> str:

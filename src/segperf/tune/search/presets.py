@@ -10,13 +10,23 @@ when it is adopted: what ran is the preset without it.
 
 from __future__ import annotations
 
+from segperf.report.stats import later_interval
 from segperf.tune.journal import SPEED
 from segperf.tune.probe import Config, full_runs, not_applied_of
 from segperf.tune.search import budget
 from segperf.tune.search.comparison import decide
 from segperf.tune.search.records import Step
 from segperf.tune.search.state import Search, charge
-from segperf.tune.search.verdicts import KEPT, NOT_APPLIED, SAME, SLOWER, UNCOMPILED_TIE, ratio_text, stops_compiling
+from segperf.tune.search.verdicts import (
+    EVEN_LATER,
+    KEPT,
+    NOT_APPLIED,
+    SAME,
+    SLOWER,
+    UNCOMPILED_TIE,
+    ratio_text,
+    stops_compiling,
+)
 from segperf.tune.space import without_settings
 
 
@@ -89,6 +99,8 @@ def adopt(search: Search, steps: list[Step]) -> Config:
         versus = search.comparison(other.candidate_probes, faster[0].candidate_probes)
         other.verdict = SLOWER if versus.distinguishable else SAME
         other.note = f"faster than the start, but {ratio_text(versus, *later)} of {faster[0].axis}, side by side"
+        if other.verdict == SLOWER and (low := later_interval(versus, *later)[0]) is not None and low <= 1:
+            other.note += f"; slower beyond this tune's noise only ({versus.low:.2f}-{versus.high:.2f}): {EVEN_LATER}"
         if other.verdict == SAME and best is faster[0] and stops_compiling(other.candidate, best.candidate):
             other.verdict, other.note = KEPT, f"{UNCOMPILED_TIE} ({ratio_text(versus, *later)} of {best.axis})"
             best.verdict, best.note = SAME, f"as fast as {other.axis}, which does not compile"

@@ -31,6 +31,7 @@ class Verdict(StrEnum):
 KEPT, SLOWER, SAME = Verdict.KEPT, Verdict.SLOWER, Verdict.SAME
 NOT_APPLIED, FAILED, SKIPPED, WORSE = Verdict.NOT_APPLIED, Verdict.FAILED, Verdict.SKIPPED, Verdict.WORSE
 
+EVEN_LATER = "a run made later may find the two even"
 UNCOMPILED_TIE = (
     "not distinguishable from the best, which compiles: taken without torch.compile, whose warm-up "
     "costs minutes on a cold cache and whose failure costs a run"
@@ -99,10 +100,7 @@ def judge(
 def within_later_noise(step: Step) -> str:
     """The note of a verdict beyond the tune's noise whose later-run interval holds 1."""
     faster = "faster" if step.verdict == KEPT else "slower"
-    return (
-        f"{faster} beyond the noise of this tune's minutes ({step.tune_low:.2f}-{step.tune_high:.2f}); "
-        "a run made later may find the two even"
-    )
+    return f"{faster} beyond the noise of this tune's minutes ({step.tune_low:.2f}-{step.tune_high:.2f}); {EVEN_LATER}"
 
 
 def stops_compiling(candidate: Config, against: Config) -> bool:
