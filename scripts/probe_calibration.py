@@ -45,7 +45,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from scipy import stats
 
-from segperf.perf.results import write_json_atomic
+from segperf.perf.results import write_json_atomic, write_text_atomic
 from segperf.report.stats import Noise, pooled_noise
 from segperf.tune import later_noise
 from segperf.tune.probe import Config
@@ -191,10 +191,10 @@ def consistent(
 ) -> bool | None:
     """Whether a printed ratio and the long runs' ratio differ by less than both estimates' noise
     allows: |log printed - log long| <= z x sqrt(se_printed^2 + se_long^2), where se_printed is the
-    half-width in logs over z of the tune's own interval (`low`-`high`: of its minutes, not the
-    printed one, which adds a later run's scatter) (the normal quantile at `level`; the tune's t
-    quantile is larger, so this overstates se_printed a little) and se_long is the long runs'
-    pooled noise over `runs` runs a side. Why beside `covered`: with two long runs a side the long
+    half-width in logs over z (the normal quantile at `level`; the tune's t quantile is larger, so
+    this overstates se_printed a little) of the tune's own interval, `low`-`high` (of its minutes,
+    not the printed one, which adds a later run's scatter), and se_long is the long runs' pooled
+    noise over `runs` runs a side. Why beside `covered`: with two long runs a side the long
     runs' ratio scatters by about as much as a tune's interval is wide, so an interval that is
     right about the ratio misses the long runs' estimate of it about a third of the time."""
     if None in (ratio, low, high, truth) or noise is None or min(runs) < 1:
@@ -421,20 +421,30 @@ def main(argv: list[str] | None = None) -> int:
         done = json.loads((args.out / "calibration.json").read_text())["configurations"]
         probes = {row["configuration"]: row["probes"] for row in done}
         longs = {row["configuration"]: row["long_runs"] for row in done}
-        print(write(args, record, configs, probes, longs))
+        print(write(args, record, configs, probes, longs, study_noises(record, probes, longs)))
         return 0
     probes, longs = measure(args, record, configs)
-    print(write(args, record, configs, probes, longs))
-    if noise := machine_noise(probes, longs):
+    noises = study_noises(record, probes, longs)
+    print(write(args, record, configs, probes, longs, noises))
+    if noise := machine_noise(noises):
         path = later_noise.remember(noise.relative, noise.df, args.out.resolve())
         print(f"This machine's later-run noise: {noise.relative:.1%} ({noise.df} df), recorded in {path}")
     return 0
 
 
-def machine_noise(probes: dict, longs: dict) -> Noise | None:
+def study_noises(record: dict[str, Any], probes: dict, longs: dict) -> dict[str, Noise | None]:
+    """The run-to-run noise of the tune's own probes, of the study's probes and of its long runs."""
+    return {
+        "the tune's probes": tune_noise(record),
+        "the study's probes": pooled_noise([_rated(v) for v in probes.values()]),
+        "the long runs": long_noise(longs),
+    }
+
+
+def machine_noise(noises: dict[str, Noise | None]) -> Noise | None:
     """How much one run scattered between the study's runs of a configuration: the larger of the
     probes' and the long runs' pooled noise (a later run may be either; the safe side is the wider)."""
-    found = [n for n in (pooled_noise([_rated(v) for v in probes.values()]), long_noise(longs)) if n is not None]
+    found = [n for n in (noises["the study's probes"], noises["the long runs"]) if n is not None]
     return max(found, key=lambda n: n.relative) if found else None
 
 
@@ -470,16 +480,16 @@ def measure(args: argparse.Namespace, record: dict[str, Any], configs: dict[str,
 
 
 def write(
-    args: argparse.Namespace, record: dict[str, Any], configs: dict[str, Config], probes: dict, longs: dict
+    args: argparse.Namespace,
+    record: dict[str, Any],
+    configs: dict[str, Config],
+    probes: dict,
+    longs: dict,
+    noises: dict[str, Noise | None],
 ) -> str:
-    """calibration.md and calibration.json in `--out`; the Markdown."""
+    """calibration.md and calibration.json in `--out` (each written atomically); the Markdown."""
     rows = table(configs, probes, longs)
     level = float(record.get("settings", {}).get("level") or 0.95)
-    noises = {
-        "the tune's probes": tune_noise(record),
-        "the study's probes": pooled_noise([_rated(v) for v in probes.values()]),
-        "the long runs": long_noise(longs),
-    }
     covered = coverage(decisions(record), configs, longs, level, noises["the long runs"])
     found = claims(record, final_labels(configs, record), longs, noises["the long runs"])
     machine = record.get("machine") or {}
@@ -489,7 +499,7 @@ def write(
         f"tune `{record.get('command', '?')}`; {args.rounds} rounds, long runs of {args.long_steps} steps."
     )
     text = markdown(rows, covered, about, noises) + "\n" + claims_markdown(found)
-    (args.out / "calibration.md").write_text(text)
+    write_text_atomic(args.out / "calibration.md", text)
     noise = {what: None if n is None else {"relative": n.relative, "df": n.df} for what, n in noises.items()}
     data = {"about": about, "configurations": rows, "decisions": covered, "claims": found, "noise": noise}
     write_json_atomic(args.out / "calibration.json", json.loads(json.dumps(data, default=list)))
