@@ -81,11 +81,20 @@ def test_a_folded_run_reports_what_the_same_run_unfolded_reports(tmp_path):
         mine, theirs = folded["phases"]["train_step"]["split"][part], held["phases"]["train_step"]["split"][part]
         assert theirs["wall_s"] >= 0.001 * theirs["calls"], part  # each part sleeps 1 ms: hook order is noise
         assert mine["calls"] == theirs["calls"] and mine["wall_s"] == pytest.approx(theirs["wall_s"], rel=0.05)
+    per_batch = held["jitter"]["per_batch"]
     for name in ("train_step", "data_wait"):
         mine, theirs = folded["jitter"][name], held["jitter"][name]
         assert mine["count"] == theirs["count"] == STEPS - 2
-        for key in ("mean", "p50", "p90", "max"):
+        for key in ("mean", "max"):
             assert mine[key] == pytest.approx(theirs[key], rel=0.1, abs=2e-4), (name, key)
+        # A quantile that falls in a gap between two clusters of steps is any value in the gap: a
+        # histogram's and numpy's interpolation differ there by up to the gap (a CI run: a p90 of
+        # 1.74 against 2.03 ms, with no step in between). So the folded quantile must lie among the
+        # held steps of ranks within 3 points of it, widened by the other monitor's hook time.
+        steady = np.asarray(per_batch[f"{name}_s"][per_batch["warmup_steps"] :])
+        for key, q in (("p50", 50), ("p90", 90)):
+            low, high = np.percentile(steady, [q - 3, q + 3])
+            assert low * 0.9 - 2e-4 <= mine[key] <= high * 1.1 + 2e-4, (name, key, low, mine[key], high)
     assert folded["jitter"]["starved"]["steps"] == held["jitter"]["starved"]["steps"]
     assert folded["resources"]["cpu_mean_percent"] is not None
     assert folded["phases"]["train_step"]["cpu_mean_percent"] is not None
