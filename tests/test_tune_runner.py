@@ -5,6 +5,7 @@ the report and tune.json, and one real tune on the CPU end to end."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from segperf.config import CONFIG_DIR
 from segperf.tune import cli, later_noise, quality_runs, settings_check
 from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
 from segperf.tune.probe import Probe
-from segperf.tune.report import final_table, render, tuned_against_presets
+from segperf.tune.report import final_noise, final_table, render, tuned_against_presets
 from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
 from segperf.tune.search import QualityCheck, Step, TuneResult
 from tests.conftest import REPO
@@ -447,6 +448,26 @@ def test_the_reports_intervals_count_the_later_run_noise_the_tune_recorded():
     text = render({"result": later, "machine": {"cpu_model": "Test CPU", "cores": 2}})
     assert "where a later run of each configuration will put the ratio" in text
     assert "5.0% run-to-run scatter between runs made at other times (measured on this machine)" in text
+
+
+def test_a_tune_scattering_more_than_its_later_noise_counts_its_own_scatter_and_says_so():
+    """A machine recorded as quiet (1% between runs made at other times) but busy during this tune
+    (its final runs scatter ~3%): a later run scatters at least as much as the runs just seen, so the
+    printed intervals are those of 3% later-run noise, and the report's last line says why."""
+    plain = fake_result().to_dict()
+    quiet = {**plain, "later_noise": {"relative": 0.01, "source": "measured on this machine"}}
+    text = render({"result": quiet, "machine": {"cpu_model": "Test CPU", "cores": 2}})
+    assert "this tune's runs scattered more than that, so a later run is counted at their scatter" in text
+    scatter = final_noise(plain["final"]).relative  # log scale
+    assert scatter > 0.02
+    at_scatter = {**plain, "later_noise": {"relative": math.expm1(scatter), "source": "test"}}
+    for name in ("tuned", "+opt=all"):
+        (counted,) = [r for r in final_table(quiet, 0.95) if r["name"] == name]
+        (same,) = [r for r in final_table(at_scatter, 0.95) if r["name"] == name]
+        assert counted["vs_start_interval"] == pytest.approx(same["vs_start_interval"], rel=1e-12)
+        assert counted["vs_start_interval"][0] < counted["vs_start_own_interval"][0]
+    roomy = {**plain, "later_noise": {"relative": 0.05, "source": "test"}}
+    assert "counted at their scatter" not in render({"result": roomy, "machine": {}})
 
 
 def quality_rows(section: str) -> dict[str, list[str]]:

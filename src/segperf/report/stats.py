@@ -247,14 +247,17 @@ def later_interval(versus: Comparison, later: float, within: float = 0.0) -> tup
     as much as `later`) and each run scatters by `within` about that. The later ratio then differs
     from `versus`'s by the comparison's own error (log_se^2), by the drift of both sides in the
     runs' period (2 d^2: shared by all of their runs, so their interval cannot see it), and by one
-    later run of each (2 later^2). With `later` 0 it is `versus`'s own interval; (None, None) where
-    `versus` has none. tests/test_stats.py checks its coverage on simulated drifting machines."""
+    later run of each (2 later^2). A later run scatters at least as much as the runs just seen, so
+    where they scattered more than `later` says (a busier machine than the figure was measured on)
+    the later runs' part counts `within`. With `later` 0 it is `versus`'s own interval; (None, None)
+    where `versus` has none. tests/test_stats.py checks its coverage on simulated drifting machines
+    and on one noisier than `later`."""
     if versus.ratio is None or versus.low is None or versus.log_se is None:
         return None, None
     if later == 0:
         return versus.low, versus.high
-    scatter = math.log1p(later)
-    known = 2 * max(0.0, scatter**2 - within**2) + 2 * scatter**2  # the drift and the later runs' part
+    scatter = max(math.log1p(later), within)
+    known = 2 * (scatter**2 - within**2) + 2 * scatter**2  # the drift and the later runs' part
     variance = versus.log_se**2 + known
     # Satterthwaite's degrees of freedom: `later` is given, not estimated from these runs, so only
     # log_se's share of the variance carries the pool's few degrees of freedom (with all of them on

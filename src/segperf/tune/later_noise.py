@@ -12,6 +12,9 @@ using one core). Where the figure comes from, first found first:
 3. DEFAULT: 5%, the most that the calibration studies in docs/BENCHMARKS.md ("Tuning") measured
    for a 64-step run on shared 2-core cloud machines (4.5% and 3.4% in two hours of long runs; the
    probes 5.8% and 3.6%). A quieter machine measured once gets narrower intervals.
+
+Whatever the source, a later run is counted at no less than the scatter of the tune's own runs
+(later_interval): a machine busier than its figure says cannot narrow the intervals.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ sweep report's do.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -289,10 +290,13 @@ def intervals_note(result: Mapping[str, Any], level: float) -> str:
             f"The intervals ({level:.0%}) are of {minutes}; a run made later, or on a busier machine, "
             'scatters more (docs/tuning.md, "How far a probe can be trusted").'
         )
+    busier = ""
+    if noise and noise.relative > math.log1p(later["relative"]):  # later_interval counts the larger
+        busier = " (this tune's runs scattered more than that, so a later run is counted at their scatter)"
     return (
         f"The intervals ({level:.0%}) are where a later run of each configuration will put the ratio: they "
         f"count {minutes}, and {later['relative']:.1%} run-to-run scatter between runs made at other "
-        f"times ({later.get('source', 'tune.later_noise')}). The decisions (kept, slower, not "
+        f"times ({later.get('source', 'tune.later_noise')}){busier}. The decisions (kept, slower, not "
         "distinguishable) are of the tune's minutes: the note says where a later run may find the two even."
     )
 
