@@ -46,7 +46,9 @@ def assert_straggler(results: dict, rank: int, cause: str) -> None:
     assert [row["rank"] for row in dist["ranks"]] == [0, 1] and dist["world_size"] == 2
     found = dist["straggler"]
     assert (found["rank"], found["cause"]) == (rank, cause), found["text"]
-    assert found["last_share"] >= 0.75 and found["lag_median_s"] > 0.04  # 80 ms a step, paired by step
+    # 80 ms a step, paired by step; beside the parallel tests' processes (2 cores) the other rank's own
+    # steps stretched to take up half of it once (37 ms): the tests that read the lag run alone
+    assert found["last_share"] >= 0.75 and found["lag_median_s"] > 0.04
     assert f"rank {rank}" in found["text"]
 
 
@@ -69,6 +71,7 @@ def test_a_rank_slow_in_its_backward_is_named_though_every_ranks_backward_lasts_
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # alone: beside other tests' processes a rank's own steps stretch and hide part of the lag
 def test_a_rank_slow_to_load_its_data_is_named_for_its_data(tmp_path):
     assert_clean(run_script(tmp_path, "--slow", "data", "--slow-rank", "1"))
     assert_straggler(record(tmp_path), 1, "data")
@@ -99,6 +102,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # alone: beside other tests' processes a rank's own steps stretch and hide part of the lag
 def test_two_nodes_started_by_torchrun(tmp_path):
     port = str(free_port())
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
@@ -122,6 +126,7 @@ def test_two_nodes_started_by_torchrun(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # alone: beside other tests' processes a rank's own steps stretch and hide part of the lag
 def test_ranks_started_by_ddp_spawn(tmp_path):
     # the ranks are spawned processes with the Trainer pickled to them; rank 0 is not this process
     assert_clean(run_script(tmp_path, "--strategy", "ddp_spawn", "--slow", "backward", "--slow-rank", "1"))
