@@ -14,7 +14,7 @@ using one core). Where the figure comes from, first found first:
    probes 5.8% and 3.6%). A quieter machine measured once gets narrower intervals.
 
 Whatever the source, a later run is counted at no less than the scatter of the tune's own runs
-(later_interval): a machine busier than its figure says cannot narrow the intervals.
+(later_interval): on a machine busier than its figure, the intervals count the scatter the tune saw.
 """
 
 from __future__ import annotations
