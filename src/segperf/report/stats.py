@@ -256,7 +256,7 @@ def later_interval(versus: Comparison, later: float, within: float = 0.0) -> tup
         return None, None
     if later == 0:
         return versus.low, versus.high
-    scatter = max(math.log1p(later), within)
+    scatter = within if busier_than_later(later, within) else math.log1p(later)
     known = 2 * (scatter**2 - within**2) + 2 * scatter**2  # the drift and the later runs' part
     variance = versus.log_se**2 + known
     # Satterthwaite's degrees of freedom: `later` is given, not estimated from these runs, so only
@@ -266,6 +266,12 @@ def later_interval(versus: Comparison, later: float, within: float = 0.0) -> tup
     half = t_critical(versus.level, df) * math.sqrt(variance)
     center = math.log(versus.ratio)
     return math.exp(center - half), math.exp(center + half)
+
+
+def busier_than_later(later: float, within: float) -> bool:
+    """Whether the runs just seen scattered more (`within`, log scale) than the later-run noise
+    `later` says: later_interval then counts a later run at their scatter."""
+    return within > math.log1p(later)
 
 
 @functools.lru_cache(maxsize=256)  # a sweep asks for one df over and over

@@ -12,14 +12,20 @@ sweep report's do.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
-from segperf.report.stats import Noise, compare_throughput, later_interval, pooled_noise, summarize
+from segperf.report.stats import (
+    Noise,
+    busier_than_later,
+    compare_throughput,
+    later_interval,
+    pooled_noise,
+    summarize,
+)
 from segperf.tune.journal import probe_from_dict
 from segperf.tune.search.verdicts import Verdict
 from segperf.tune.space import without_keys
@@ -124,12 +130,13 @@ def cost_summary(result: Mapping[str, Any]) -> str:
 def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]:
     """The final side-by-side: each configuration's images/s and its ratio to the start's."""
     final, configs = result.get("final") or {}, result.get("final_configs") or {}
-    start, within = final.get("start") or [], relative(final_noise(final))
+    start, noise = rates(full_runs(final.get("start") or [])), final_noise(final)
     rows = []
     for name, probes in final.items():
-        stat = summarize(rates(full_runs(probes)))
-        versus = compare_throughput(rates(full_runs(probes)), rates(full_runs(start)), final_noise(final), level)
-        low, high = later_interval(versus, later_of(result), within)
+        mine = rates(full_runs(probes))
+        stat = summarize(mine)
+        versus = compare_throughput(mine, start, noise, level)
+        low, high = later_interval(versus, later_of(result), relative(noise))
         rows.append(
             {
                 "name": name,
@@ -154,8 +161,9 @@ def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, 
     if not tuned or not others:
         return None
     best = max(others, key=lambda n: summarize(rates(others[n])).median)
-    versus = compare_throughput(rates(tuned), rates(others[best]), final_noise(final), level)
-    low, high = later_interval(versus, later_of(result), relative(final_noise(final)))
+    noise = final_noise(final)
+    versus = compare_throughput(rates(tuned), rates(others[best]), noise, level)
+    low, high = later_interval(versus, later_of(result), relative(noise))
     return {"against": best, "ratio": versus.ratio, "low": low, "high": high, "own": [versus.low, versus.high]}
 
 
@@ -291,7 +299,7 @@ def intervals_note(result: Mapping[str, Any], level: float) -> str:
             'scatters more (docs/tuning.md, "How far a probe can be trusted").'
         )
     busier = ""
-    if noise and noise.relative > math.log1p(later["relative"]):  # later_interval counts the larger
+    if noise and busier_than_later(later["relative"], noise.relative):
         busier = " (this tune's runs scattered more than that, so a later run is counted at their scatter)"
     return (
         f"The intervals ({level:.0%}) are where a later run of each configuration will put the ratio: they "
