@@ -101,9 +101,6 @@ class BadSamples:
     _bad: set[int] = field(default_factory=set, repr=False)  # this process's bad indices
     _warned: set[Path] = field(default_factory=set, repr=False)
 
-    def with_stage(self, stage: str) -> BadSamples:
-        return BadSamples(self.policy, self.log, self.max_pixels, self.checked, stage)
-
     def where(self) -> str:
         process = current_process()
         return f"{self.stage} ({process})" if self.stage else process

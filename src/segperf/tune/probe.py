@@ -12,8 +12,6 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from segperf.report.stats import Noise, pooled_noise
-
 # A configuration is the tuple of Hydra override strings that sets it on top of the tune's start,
 # sorted, e.g. ("compile=on", "precision=bf16"); () is the start itself.
 Config = tuple[str, ...]
@@ -122,9 +120,3 @@ def median_rate(probes: Sequence[Probe]) -> float | None:
 def not_applied_of(probes: Sequence[Probe]) -> list[str]:
     """The `key: reason` entries of settings the machine did not honour in any of `probes`, once each."""
     return list(dict.fromkeys(entry for probe in probes for entry in probe.not_applied))
-
-
-def comparisons_noise(steps: Sequence) -> Noise | None:
-    """The run-to-run noise pooled over both sides (`candidate_probes`, `against_probes`) of every
-    comparison in `steps`: all a tune has measured on this machine (docs/STATISTICS.md)."""
-    return pooled_noise([rates(side) for step in steps for side in (step.candidate_probes, step.against_probes)])

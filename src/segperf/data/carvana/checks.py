@@ -71,10 +71,6 @@ class CheckReport:
     decoded: int | None = None  # data.check=decode: files decoded now (the others' verdicts were cached)
 
     @property
-    def bad_paths(self) -> set[Path]:
-        return {b.path for b in self.bad}
-
-    @property
     def bad_images(self) -> set[Path]:
         return {b.image or b.path for b in self.bad}
 
