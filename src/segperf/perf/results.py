@@ -1,6 +1,7 @@
 """results.json and summary.txt: the run's record, written atomically.
 
-The key names of results.json are a public interface (DESIGN.md): the report reads them.
+The key names of results.json are a public interface: the report, the tuner and users' scripts read
+them, so a key may be added but is changed only together with its readers.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """report.json: the report's numbers for programs (the notebook, the tuner), beside report.md.
 
 `report_data(sweep)` is the same decision the tables show (segperf.report.decide), as data. Its
-key names are a public interface (DESIGN.md, "report.json"): per configuration `label`,
-`overrides`, `runs`, `images_per_s` {median, min, max}, `speedup`, `distinguishable` (true /
-false / null when it cannot be decided), `applied`, `same_as` and `quality`; and the sweep's
-`baseline`. Everything else here is extra detail a reader may use.
+key names are a public interface, which the notebook and the tuner read, so none is renamed: per
+configuration `label`, `overrides`, `runs`, `images_per_s` {median, min, max}, `speedup`,
+`distinguishable` (true / false / null when it cannot be decided), `applied`, `same_as` and
+`quality`; and the sweep's `baseline`. Everything else here is extra detail a reader may use.
 """
 
 from __future__ import annotations

@@ -193,5 +193,5 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     if result.busy_runs:
         print(f"segperf.tune: warning: {busy_warning(result.busy_runs, result.runs)}")
     print(f"segperf.tune: report {report}; apply with: {apply_command(command, settings.batch_size)}")
-    print(cached)  # the last line: the preset's path (DESIGN.md)
+    print(cached)  # always the last line, the preset's path: a script takes it with `tail -n 1`
     return result

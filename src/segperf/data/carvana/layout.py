@@ -1,4 +1,4 @@
-"""Kaggle's Carvana layout and the split by car (DESIGN.md, "Data layout" and "Split").
+"""Kaggle's Carvana layout and the split by car, never by image.
 
 `ROOT/train/<car>_<view>.jpg` and `ROOT/train_masks/<car>_<view>_mask.gif`; any other file is
 ignored. Validation gets whole cars, never single images of a car the model trains on: cars are
