@@ -70,6 +70,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.callbacks.batch_size import batch_size
+from segperf.command_line import set_up_command
 from segperf.config import CONFIG_DIR, plain_config
 from segperf.perf.machine_load import cpu_clock, others_since
 from segperf.perf.results import write_json_atomic
@@ -94,6 +95,7 @@ warnings.filterwarnings("ignore", message=r".*You are trying to `self.log\(\)`.*
 def compose_config(workload: str, overrides: list[str], steps: int | None) -> DictConfig:
     """conf/train.yaml with the workload's model and data and `overrides`, as `python -m
     segperf.train` composes it; with `steps`, train_images is that many batches."""
+    set_up_command()  # segperf's resolvers and schemas, as the command's entry registers them
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*WORKLOADS[workload], *overrides])
     if steps is not None:

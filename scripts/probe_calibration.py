@@ -364,8 +364,10 @@ class ComposingLoader:
 def compose_tune(*overrides: str) -> Any:
     from hydra import compose, initialize_config_dir
 
+    from segperf.command_line import set_up_command
     from segperf.config import CONFIG_DIR
 
+    set_up_command()  # segperf's resolvers and schemas, as the command's entry registers them
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="tune", overrides=list(overrides), return_hydra_config=True)
 

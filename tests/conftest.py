@@ -31,8 +31,8 @@ def give_each_test_process_its_own_cache() -> Path | None:
     $SEGPERF_CACHE (segperf.config.route_tool_caches). pytest-xdist workers compiling at once into one
     shared torchinductor folder once left it corrupt, and every later `+opt=all` run, tests and the
     user's own, crashed (-11, -6). Each worker gets its own folder, and the user's ~/.cache/segperf is
-    neither written nor read by tests. Must run before segperf is imported: its import routes the tool
-    caches. xdist starts the workers from the controller, which has already imported segperf, so a
+    neither written nor read by tests. Must run before the set-up below routes the tool caches, as a
+    segperf command's entry does. xdist starts the workers from the controller, which has already imported segperf, so a
     worker finds the controller's folders in its environment and replaces them with its own.
     A SEGPERF_CACHE the user set is kept (theirs to share between workers or not)."""
     root = os.environ.get(TEST_CACHE_ROOT)
@@ -50,6 +50,12 @@ def give_each_test_process_its_own_cache() -> Path | None:
 
 
 TEST_CACHE = give_each_test_process_its_own_cache()
+
+from segperf.command_line import set_up_command  # noqa: E402
+
+# what each segperf command does at its entry (importing segperf does not): the tests run commands'
+# jobs and compose their configs in this process too. Before anything here imports Lightning.
+set_up_command()
 
 from segperf.config import CONFIG_DIR, available_cores  # noqa: E402
 from segperf.data.carvana.synthetic import generate  # noqa: E402

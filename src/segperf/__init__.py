@@ -1,11 +1,13 @@
-"""segperf: where does my training time go, and which optimization buys how much?"""
+"""segperf: where does my training time go, and which optimization buys how much?
 
-from segperf.config import register_resolvers, set_up_environment
+Importing segperf changes nothing the importing process can see: no environment variable, no
+OmegaConf resolver, no Hydra config group. segperf's own commands set up what they need at their
+entry (segperf.command_line.set_up_command); code of your own that composes segperf's configs
+with Hydra's compose API calls `register_resolvers()` and `register_schema()` first.
+"""
+
+from segperf.config import register_resolvers
 from segperf.schema import register_schema
-
-set_up_environment()  # before albumentations, torch and matplotlib are imported
-register_resolvers()
-register_schema()
 
 __all__ = ["PerfMonitor", "register_resolvers", "register_schema"]
 

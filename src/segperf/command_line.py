@@ -290,6 +290,23 @@ def workload_choice_problem(argv: list[str], config_dir: Path) -> str | None:
     return None
 
 
+def set_up_command() -> None:
+    """What every segperf command does first, before it imports torch, Lightning, albumentations or
+    matplotlib (so each command's `python -m` module calls it ahead of its other imports): the
+    environment those libraries read when imported (segperf.config.set_up_environment: the tools'
+    caches in segperf's cache folder, albumentations offline), and the resolvers and schemas that
+    segperf's configs name. Importing segperf does none of it: PerfMonitor in a user's own Trainer
+    leaves their torch.compile cache, and their Hydra app's resolvers and groups, as they were.
+    Hydra's launchers carry the resolvers and schemas to their jobs' processes (its Singleton
+    state), and every process a command starts inherits the environment. Idempotent."""
+    from segperf.config import register_resolvers, set_up_environment
+    from segperf.schema import register_schema
+
+    set_up_environment()
+    register_resolvers()
+    register_schema()
+
+
 def plain_segperf_warnings() -> None:
     """On the command line, segperf's own warnings (a data check leaving files out, a folder's
     orphan masks) read as `segperf: warning: <message>` on stderr, like its notes and errors,

@@ -5,12 +5,16 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
+# segperf's configs, package data: src/segperf/conf is a link to the repository's conf/, which the
+# wheel carries as the files themselves (pyproject.toml), so an editable install and an installed
+# wheel both find them here. A real folder either way, as Hydra's config_path needs.
+CONFIG_DIR = Path(str(resources.files("segperf") / "conf")).resolve()
 
 
 def __getattr__(name: str) -> Any:
@@ -179,9 +183,10 @@ TOOL_CACHES = {
 
 
 def set_up_environment() -> None:
-    """What every entry point needs before the libraries are imported, done once by the package's
-    own import: albumentations must not call the network on import, and the tools' caches go
-    into segperf's cache folder."""
+    """What every segperf command needs before the libraries are imported (each command's entry
+    calls it, segperf.command_line.set_up_command; importing segperf does not, so a library
+    user's process keeps its environment): albumentations must not call the network on import,
+    and the tools' caches go into segperf's cache folder."""
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     route_tool_caches()
 
@@ -189,8 +194,8 @@ def set_up_environment() -> None:
 def route_tool_caches() -> None:
     """Keep what torch.compile, Triton and matplotlib cache inside segperf's cache folder, so a
     run writes only to its run folder, the cache folder and the data folder. Must run before
-    those libraries read the variables (segperf's package import does it); a variable the user
-    set wins."""
+    those libraries read the variables (importing Lightning sets TORCHINDUCTOR_CACHE_DIR to
+    torch's own default; matplotlib reads MPLCONFIGDIR on import); a variable the user set wins."""
     base = segperf_cache_dir()
     for variable, folder in TOOL_CACHES.items():
         os.environ.setdefault(variable, str(base / folder))

@@ -6,7 +6,12 @@ the tuner runs its probes as this command's jobs.
 
 from __future__ import annotations
 
-from segperf.training.cli import cli, main
+if __name__ == "__main__":  # the command: its set-up before any library it imports reads it
+    from segperf.command_line import set_up_command
+
+    set_up_command()
+
+from segperf.training.cli import cli, main  # noqa: E402
 
 __all__ = ["cli", "main"]
 

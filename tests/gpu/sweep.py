@@ -100,9 +100,11 @@ def prepare_data(plan: Plan) -> None:
     """The built-in data set, written before the sweep so that no run counts it in its set-up."""
     from hydra import compose, initialize_config_dir
 
+    from segperf.command_line import set_up_command
     from segperf.config import CONFIG_DIR
     from segperf.data.carvana.synthetic import ensure_synthetic
 
+    set_up_command()  # segperf's resolvers and schemas, as the command's entry registers them
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides(plan))
     if cfg.data.get("root") is None:

@@ -24,4 +24,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from segperf.command_line import set_up_command
+
+    set_up_command()
     sys.exit(main())

@@ -11,7 +11,18 @@ of report.md, `charts` draws, `export` writes report.json, and `markdown` puts r
 nor torch: a report can be made on any machine, long after the sweep.
 """
 
-from segperf.report.cli import main
-from segperf.report.markdown import build_report
-
 __all__ = ["build_report", "main"]
+
+
+def __getattr__(name: str):
+    """`build_report` and `main`, imported on first use: the charts import matplotlib, which must
+    not happen before `python -m segperf.report` has set MPLCONFIGDIR (segperf/report/__main__.py)."""
+    if name == "build_report":
+        from segperf.report.markdown import build_report
+
+        return build_report
+    if name == "main":
+        from segperf.report.cli import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,10 @@
 
 import sys
 
-from segperf.report.cli import main
+from segperf.command_line import set_up_command
+
+set_up_command()  # before the report's charts import matplotlib
+from segperf.report.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,6 +8,9 @@ import sys
 if __name__ == "__main__":
     # the entry point of the imported module, not of `__main__`: launchers that pickle the task
     # function (hydra-submitit-launcher) then pickle it by name (see segperf/train.py)
+    from segperf.command_line import set_up_command
+
+    set_up_command()  # before any library the tuner imports reads it
     from segperf.tune.cli import main
 
     sys.exit(main())
