@@ -69,10 +69,10 @@ FAULTS = [
     (MfuMonitor, "on_train_batch_start", "MfuMonitor"),
     (MfuMonitor, "record", "FLOPs and MFU"),
     ("segperf.callbacks.perf_monitor", "loader_settings", "the training loader's settings"),
-    ("segperf.callbacks.perf_monitor", "verdict", "the verdict"),
+    ("segperf.perf.fit_record", "verdict", "the verdict"),
     ("segperf.callbacks.perf_monitor", "machine_info", "the machine"),
-    ("segperf.callbacks.perf_monitor", "format_run_summary", "the summary"),
-    ("segperf.callbacks.perf_monitor", "train_section", "the record"),
+    ("segperf.perf.fit_record", "format_run_summary", "the summary"),
+    ("segperf.perf.fit_record", "train_section", "the record"),
 ]
 
 

@@ -17,7 +17,7 @@ from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.resource_monitor import ResourceMonitor
 from segperf.perf.folding import CHUNK_STEPS, HEAD_STEPS, Folded
 from segperf.perf.phases import FETCH_ACTION, STEP_ACTION, Interval, account_phases, phase_of_action, split_steps
-from segperf.perf.ranks import PARTS, step_values
+from segperf.perf.ranks import PARTS, step_parts, step_values
 
 
 class RunFolder:
@@ -30,6 +30,14 @@ class RunFolder:
     def head(self) -> int:
         """Steps held from the start: the warm-up, the start-up queue, the steady state's start."""
         return max(self.head_steps, 2 * self.clock.warmup_steps)
+
+    def step_parts(self, allreduce: AllReduceWait | None) -> dict:
+        """The run's per-step parts after warm-up: the held steps' and the folded totals
+        (segperf.perf.ranks.step_parts), the all-reduce's last buckets where it was timed."""
+        clock = self.clock
+        waits = [end - start for start, end in clock.intervals().get(FETCH_ACTION, [])]
+        last_bucket = allreduce.last_bucket if allreduce is not None else None
+        return step_parts(waits, clock.step_times, clock.backward, last_bucket, clock.warmup_steps, self.folded.parts)
 
     def due(self) -> bool:
         clock = self.clock

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from segperf.perf.ranks import combine
+from segperf.perf.ranks import combine, rank_row
 
 
 def gather_group(trainer, timeout_s: float):
@@ -30,6 +30,21 @@ def gather_rows(row: dict[str, Any], world_size: int, group=None) -> list[dict[s
     rows: list[Any] = [None] * world_size
     torch.distributed.all_gather_object(rows, row, group=group)
     return sorted(rows, key=lambda r: r["rank"])
+
+
+def gather_ranks(trainer, results: dict[str, Any], group, step_parts, failed) -> None:
+    """Every rank's row to rank 0 (`results["distributed"]` there), over `group` (gather_group).
+    A collective: every rank calls it once, whatever failed on it before: a rank whose row cannot
+    be made (`step_parts()` raising) joins with an empty row, said through `failed(what, error)`."""
+    try:
+        row = rank_row(results, trainer, step_parts())
+    except Exception as error:  # noqa: BLE001 - still join the collective, with an empty row
+        failed("this rank's row", error)
+        row = {"rank": trainer.global_rank, "status": "not measured", "images": 0, "steps": 0}
+        row["images_per_s"] = row["ready_mean_s"] = None
+    rows = gather_rows(row, trainer.world_size, group)
+    if trainer.is_global_zero:
+        add_ranks(results, rows, trainer)
 
 
 def add_ranks(results: dict[str, Any], rows: list[dict[str, Any]], trainer) -> None:

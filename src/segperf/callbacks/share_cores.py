@@ -30,7 +30,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from segperf.callbacks.perf_monitor import train_loader
+from segperf.callbacks.loader_settings import train_loader
 from segperf.config import available_cores
 from segperf.perf.proctree import ProcessTree
 from segperf.perf.verdict import threads_beside_workers

@@ -16,7 +16,7 @@ import lightning as L
 import torch
 
 # what validation logged and how results.json names it: the one place that also says which is the quality
-from segperf.quality import Quality, as_quality, default, is_validation_metric, results_key
+from segperf.quality import Quality, as_quality, declared, default, is_validation_metric, results_key
 from segperf.quality import default_metric as default_metric
 
 
@@ -62,3 +62,13 @@ def quality_section(history: list[dict[str, float]], chosen: Quality | dict[str,
     section["val_history"] = history
     quality = as_quality(chosen) or default(names)
     return section | (quality.record() if quality is not None else {})
+
+
+def fit_quality(trainer: L.Trainer, history: list[dict[str, float]]) -> dict[str, Any]:
+    """results.json's `quality`: every validation's logged metrics (`history`), judged by the one
+    the module declares (segperf.quality), else by the default rule; after a fit whose validations
+    were not seen (none ran), what the trainer holds from validation."""
+    if not history:
+        last = logged_validation_metrics(trainer)
+        history = [{"step": int(trainer.global_step), **last}] if last else []
+    return quality_section(history, declared(trainer.lightning_module))

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 import lightning as L
 
+from segperf.callbacks.parts import overrides
+
 # the hooks Lightning calls once a batch (training, validation, test, predict)
 BATCH_HOOKS = (
     "on_train_batch_start",
@@ -41,7 +43,7 @@ def skip_empty_batch_hooks(callbacks: Iterable[L.Callback]) -> dict[str, list[st
     skipped: dict[str, list[str]] = {}
     for callback in callbacks:
         for hook in BATCH_HOOKS:
-            if hook not in vars(callback) and getattr(type(callback), hook, None) is getattr(L.Callback, hook):
+            if hook not in vars(callback) and not overrides(callback, hook):
                 setattr(callback, hook, None)  # Lightning calls a hook only when callable(getattr(cb, hook))
                 skipped.setdefault(type(callback).__name__, []).append(hook)
     return skipped

@@ -82,7 +82,7 @@ class RunRecord:
         self.callbacks = callbacks
         self.monitor = next((c for c in callbacks if isinstance(c, PerfMonitor)), None)
         if self.monitor is not None:
-            self.monitor._writes_files = False  # this record writes the run's files, after its last validation
+            self.monitor.hand_files_over()  # this record writes the run's files, after its last validation
         for callback in callbacks:
             if isinstance(callback, TerminateOutsideTraining):
                 callback.install()
