@@ -9,6 +9,7 @@ from segperf.perf.counters import format_counters
 from segperf.perf.formatting import format_mib, format_percent_of_cores, format_usage
 from segperf.perf.machine import format_header
 from segperf.perf.machine_load import format_load
+from segperf.perf.meetings import WAIT_COLUMNS
 from segperf.quality import metric_names, of_results
 
 WIDTH = 92
@@ -302,23 +303,30 @@ def _progress_rows(results: dict[str, Any]) -> list[str]:
 
 
 def _rank_rows(dist: dict[str, Any], unit: str) -> list[str]:
-    """One row per rank (where it ran, what it trained on, its times per step), then the
-    straggler with its cause and evidence (segperf.perf.ranks), or the slowest rank of an older
-    record."""
+    """One row per rank (where it ran, what it trained on, its times per step: its own time in
+    each part, then its wait for the others in each meeting the run had), then the straggler with
+    its cause and evidence (segperf.perf.ranks), or the slowest rank of an older record."""
+    ranks = dist["ranks"]
+    # a column per meeting some rank waited in (the gradient all-reduce's always)
+    meetings = [k for k in WAIT_COLUMNS if k == "allreduce_wait_mean_s" or any(r.get(k) for r in ranks)]
     rows = [
         f"{dist['world_size']} ranks on {dist['num_nodes']} node(s) x {dist['devices_per_node']} device(s), "
         f"{dist['strategy']} over {dist['backend']}; hosts: {', '.join(dist['hosts'])}",
         f"{'rank':>4} {'host':<16}{'device':<9}{unit:>8}{'steps':>7}{unit + '/s':>10}"
-        f"{'wait (ms)':>11}{'step (ms)':>11}{'fwd (ms)':>10}{'bwd (ms)':>10}{'in AR (ms)':>12}{'ready (ms)':>12}",
+        f"{'wait (ms)':>11}{'step (ms)':>11}{'fwd (ms)':>10}{'bwd (ms)':>10}"
+        + "".join(f"{WAIT_COLUMNS[k] + ' (ms)':>16}" for k in meetings)
+        + f"{'ready (ms)':>12}",
     ]
-    for r in dist["ranks"]:
+    for r in ranks:
+        forward = r.get("forward_compute_mean_s", r.get("forward_mean_s"))  # an older record: the whole forward
         rows.append(
             f"{r['rank']:>4} {str(r.get('host', '?'))[:15]:<16}{str(r.get('device', '?'))[:8]:<9}"
             f"{r.get('images') or 0:>8,}{r.get('steps') or 0:>7,}"
             f"{_num(r.get('images_per_s'), ',.1f'):>10}{_ms(r.get('data_wait_mean_s')):>11}"
-            f"{_ms(r.get('train_step_mean_s')):>11}{_ms(r.get('forward_mean_s')):>10}"
-            f"{_ms(r.get('backward_compute_mean_s')):>10}{_ms(r.get('allreduce_wait_mean_s')):>12}"
-            f"{_ms(r.get('ready_mean_s')):>12}"
+            f"{_ms(r.get('train_step_mean_s')):>11}{_ms(forward):>10}"
+            f"{_ms(r.get('backward_compute_mean_s')):>10}"
+            + "".join(f"{_ms(r.get(k)):>16}" for k in meetings)
+            + f"{_ms(r.get('ready_mean_s')):>12}"
         )
     rows.append(f"{'all':>4} {'':<16}{'':<9}{dist['images']:>8,}{'':>7}{_num(dist['images_per_s'], ',.1f'):>10}")
     if dist.get("straggler"):
@@ -341,8 +349,10 @@ def _distributed_notes(dist: dict[str, Any] | None, unit: str) -> list[str]:
     return [
         f"Data-parallel run: {unit} and train {unit}/s add up all ranks; phases, resources, jitter, TFLOP/s and "
         "MFU are rank 0's (per device; its process tree holds the ranks Lightning started on its node). "
-        "bwd = backward computed before this rank's last gradient bucket was ready; in AR = its wait inside the "
-        "gradient all-reduce for the other ranks; ready = data wait + forward + bwd: when it joins the all-reduce.",
+        "fwd and bwd = this rank's own forward and backward (to its last gradient bucket), its waits for the other "
+        "ranks left out; in AR = its wait inside the gradient all-reduce, fwd/bwd/opt/betw. wait = its wait in the "
+        "collectives where the ranks meet in that phase (DDP's buffer broadcast, SyncBatchNorm, sync_dist logging, "
+        "barriers; betw. = between steps); ready = data wait + fwd + bwd: when it joins the all-reduce.",
     ]
 
 

@@ -45,6 +45,10 @@ THRESHOLDS: dict[str, float] = {
     # and one torch thread fewer ran 1.39x faster; the U-Net's used 0.29 and the MNIST CNN's 0.05,
     # where one thread fewer ran 0.67-0.69x as fast.
     "contended_workers_cores": 0.5,
+    # share of steady-state training time a data-parallel rank spent waiting for the other ranks
+    # where they meet (phases.train_step.waits_s) above which waiting is its bottleneck
+    # (rank-wait-bound); the run's verdict is then the rank it waits for (segperf.perf.meetings)
+    "rank_wait_fraction": 0.2,
 }
 
 STEADY_PHASES = ("data_wait", "batch_to_device", "train_step", "logging", "framework")
@@ -107,7 +111,10 @@ def verdict(
     (0-1, or 0-100 percent), None without a GPU sampler; `settings` the run's resolved config: the
     suggested `overrides` are keys of its workload and never what it already uses (None: a
     baseline run of unknown workload, segperf.perf.advice.BASELINE). kind is one of "warm-up-bound",
-    "data-bound", "copy-bound", "overhead-bound", "compute-bound" or "unknown" (with the reason).
+    "data-bound", "copy-bound", "overhead-bound", "rank-wait-bound", "compute-bound" or "unknown"
+    (with the reason). A data-parallel rank's time blocked waiting for the other ranks inside its
+    steps (`phases["train_step"]["waits_s"]`: seconds per part of the split) is never read as
+    compute: it is a candidate of its own, and the compute shares leave it out.
     Warm-up is judged first (if it dominates, steady-state shares describe too little of the run);
     then among data, copy and overhead the one with the largest share of the loop wins; compute
     (train_step) is what remains when none passes its threshold, and names its split (forward,
@@ -150,6 +157,8 @@ def verdict(
     data_share = _seconds(phases, "data_wait") / steady
     copy_share = _seconds(phases, "batch_to_device") / steady
     overhead_share = sum(_seconds(phases, p) for p in OVERHEAD_PHASES) / loop
+    waits = (phases.get("train_step") or {}).get("waits_s") or {}
+    wait_share = sum(waits.values()) / steady
     gpu = _gpu_fraction(gpu_util_mean)
     starved = starved_fraction or 0.0
 
@@ -163,6 +172,8 @@ def verdict(
         candidates["copy-bound"] = copy_share * steady / loop
     if overhead_share > t["overhead_fraction"]:
         candidates["overhead-bound"] = overhead_share
+    if wait_share > t["rank_wait_fraction"]:
+        candidates["rank-wait-bound"] = wait_share * steady / loop
     kind = max(candidates, key=candidates.__getitem__) if candidates else "compute-bound"
 
     gpu_note = f" while the GPU was {_pct(gpu)} busy" if on_gpu and gpu is not None else ""
@@ -186,9 +197,17 @@ def verdict(
             f"({parts}); {overhead_advice[worst]}"
         )
         text += _try(overrides, "", lead=": ")
+    elif kind == "rank-wait-bound":
+        overrides = []
+        text = (
+            f"rank-wait-bound: {_pct(wait_share)} of training time waiting for the other ranks where they meet "
+            "(collectives inside the step, the gradient all-reduce); the rank they wait for sets the pace: "
+            "its own verdict is the run's"
+        )
     else:
-        step_share = _seconds(phases, "train_step") / steady
-        in_step = f"{_pct(step_share)} of steady-state time in train_step{gpu_note}{_split_note(phases)}"
+        step_share = (_seconds(phases, "train_step") - sum(waits.values())) / steady
+        waited = f", {_pct(wait_share)} more waiting for the other ranks" if wait_share >= 0.005 else ""
+        in_step = f"{_pct(step_share)} of steady-state time in train_step{waited}{gpu_note}{_split_note(phases)}"
         if not on_gpu:
             overrides = untried(levers["compute-cpu"], settings)
             text = (
@@ -234,11 +253,17 @@ def contention(cores: dict[str, Any] | None, advice: str = "segperf") -> tuple[s
 
 def _split_note(phases: dict[str, dict]) -> str:
     """' (forward 30%, backward 55%, optimizer step 15% of it)', and the optimizer named when it is
-    a large part of every step; '' when the step was not split."""
-    split = (phases.get("train_step") or {}).get("split") or {}
+    a large part of every step; '' when the step was not split. Waits for the other ranks are not
+    the parts' time."""
+    step = phases.get("train_step") or {}
+    split, waits = step.get("split") or {}, step.get("waits_s") or {}
     shares = {part: (split.get(part) or {}).get("of_train_step") for part in ("forward", "backward", "optimizer_step")}
     if any(share is None for share in shares.values()):
         return ""
+    if any(waits.values()):  # the parts' own time: what each spent waiting for the other ranks left out
+        own = {part: max(0.0, float(split[part].get("wall_s") or 0.0) - waits.get(part, 0.0)) for part in shares}
+        total = sum(own.values())
+        shares = {part: seconds / total if total > 0 else 0.0 for part, seconds in own.items()}
     parts = ", ".join(f"{part.replace('_', ' ')} {_pct(share)}" for part, share in shares.items())
     note = f" ({parts} of it)"
     if shares["optimizer_step"] > THRESHOLDS["optimizer_fraction"]:
@@ -267,3 +292,18 @@ def threads_beside_workers(cores: int | None, threads: int | None, workers_cores
         return None
     fewer = max(1, int(cores - workers_cores + 0.5))
     return fewer if fewer < threads else None
+
+
+# what a memory finding (results.json's memory.findings) makes of the run, most urgent first
+MEMORY_KINDS = {"creep": "memory-creep", "pressure": "memory-pressure", "imbalance": "memory-imbalance"}
+
+
+def memory_verdict(memory: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`{"kind", "text"}` beside the time verdict when memory is a problem (creep that will end
+    the run, a peak near capacity, one rank holding much more than the others); None otherwise."""
+    found = (memory or {}).get("findings") or []
+    for kind, name in MEMORY_KINDS.items():
+        first = next((f for f in found if f.get("kind") == kind), None)
+        if first is not None:
+            return {"kind": name, "text": f"{name}: {first['text']}"}
+    return None
