@@ -33,6 +33,7 @@ from statistics import fmean, median
 from typing import Any
 
 from segperf.perf.meetings import WAIT_COLUMNS, WAIT_PHASES, run_verdict
+from segperf.perf.memory_trend import memory_row
 
 # a rank's own step, part by part, waits left out: the cause named for a straggler (the first
 # key a row has; a row from before the waits were measured has the forward whole)
@@ -209,6 +210,8 @@ def rank_row(results: dict[str, Any], trainer, parts: dict[str, Any] | None = No
         "cpu_mean_percent": resources.get("cpu_mean_percent"),
         "gpu_util_mean_percent": resources.get("gpu_util_mean_percent"),
         "peak_allocated_bytes": resources.get("peak_allocated_bytes"),
+        # this rank's memory peaks and creep (results.json's memory, segperf.perf.memory_trend)
+        "memory": memory_row(results),
         "arrivals": parts.get("arrivals", []),
         "waits": parts.get("waits", []),
         "verdict": results.get("verdict"),  # its own (waits left out): the run's if it sets the pace

@@ -10,6 +10,7 @@ from segperf.perf.formatting import format_mib, format_percent_of_cores, format_
 from segperf.perf.machine import format_header
 from segperf.perf.machine_load import format_load
 from segperf.perf.meetings import WAIT_COLUMNS
+from segperf.perf.memory_summary import memory_rows, memory_verdict_line
 from segperf.quality import metric_names, of_results
 
 WIDTH = 92
@@ -89,6 +90,8 @@ def format_run_summary(results: dict[str, Any]) -> str:
         lines += _section(
             "Data-parallel ranks (after warm-up, per step)", _rank_rows(results["distributed"], _unit(results))
         )
+    if results.get("memory"):
+        lines += _section("Memory (creep judged per training step; peaks against capacity)", memory_rows(results))
     ops = results.get("ops")
     if ops:
         title = f"Torch operations over {ops['steps']} steps (from step {ops['first_step']}; incl. profiler overhead)"
@@ -96,7 +99,7 @@ def format_run_summary(results: dict[str, Any]) -> str:
     if "counters" in results:
         lines += _section("Hardware counters (perf stat)", format_counters(results["counters"]))
     verdict = results.get("verdict") or {}
-    lines += _section("Verdict", [verdict.get("text", "n/a")])
+    lines += _section("Verdict", [verdict.get("text", "n/a"), *memory_verdict_line(results)])
     notes = [
         "CPU util. is summed over the process tree (DataLoader workers included); 100% is 1 busy core.",
         "GPU memory is NVML's, over all processes on the device; GPU util. from NVML samples.",

@@ -1,0 +1,369 @@
+"""MemoryWatch: memory creep caught while the run still lives, its forecast, and pressure.
+
+A run that leaks dies by the OOM killer before any end-of-fit summary is written, so this part
+speaks during the run: every `every_n_steps` training steps it reads the host memory of the
+process tree (segperf.perf.host_memory: private bytes, DataLoader workers included; one pread
+per process, a few microseconds) and, on a GPU, torch's allocated and reserved bytes (host-side
+counters: no synchronization). segperf.perf.memory_trend judges the trend after warm-up and
+after the first validation; once creep is confirmed it logs ONE warning through the "segperf"
+logger, with the step (and the wall time) at which the process reaches the memory left to it,
+and again only when that forecast halves. Every `log_every_n_steps` it logs `perf/rss_bytes`
+(and the device's memory) to the trainer's loggers. At the end `record(results)` writes
+results.json's `memory`.
+
+Why not Lightning's DeviceStatsMonitor: it logs torch's device memory stats per step but judges
+nothing, sees no host memory of DataLoader workers, and forecasts nothing.
+
+Example::
+
+    trainer = L.Trainer(callbacks=[PerfMonitor(), MemoryWatch()])
+
+A monitor never breaks the run: a failure in any hook is one warning, the part stops watching,
+and its record says `not_measured`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+from segperf.perf.host_memory import TreeMemory, children, host_room
+from segperf.perf.memory_trend import MIB, Trend, duration, forecast, size
+from segperf.perf.verdict import memory_verdict
+
+log = logging.getLogger("segperf")
+
+# the least rise over a judged stretch that can be creep: the interpreter's and the allocators'
+# own drift stays under it (host), device allocations are exact (device)
+HOST_MIN_RISE = 32 * MIB
+DEVICE_MIN_RISE = 16 * MIB
+# a peak at this share of the capacity is pressure; an allocator holding this share of its
+# reserved memory unallocated at the peak (and at least OVERHANG_BYTES) is overhang
+PRESSURE_SHARE = 0.9
+OVERHANG_SHARE = 0.25
+OVERHANG_BYTES = 1024 * MIB
+HOST_WHAT = "host memory (private bytes of the process tree, DataLoader workers included)"
+ADVICE = (
+    "something keeps memory from step to step: tensors kept in a list, a loss or an output kept "
+    "without .detach() or .item(), a cache that grows"
+)
+
+
+class MemoryWatch(L.Callback):
+    """Args:
+    every_n_steps: read memory every this many training steps (1: each; a read costs ~5 us a process).
+    warmup_steps: steps before the trend is judged (allocator growth, workers starting).
+    judge_every_n_steps: how often the trend is judged (~1 ms a judgement).
+    """
+
+    def __init__(self, every_n_steps: int = 1, warmup_steps: int = 10, judge_every_n_steps: int = 16) -> None:
+        if every_n_steps < 1 or judge_every_n_steps < 1 or warmup_steps < 0:
+            raise ValueError(
+                f"MemoryWatch(every_n_steps={every_n_steps}, judge_every_n_steps={judge_every_n_steps}, "
+                f"warmup_steps={warmup_steps}): steps must be >= 1 (warm-up >= 0)"
+            )
+        self.every_n_steps, self.warmup_steps, self.judge_every = every_n_steps, warmup_steps, judge_every_n_steps
+        self._reset()
+
+    def _reset(self) -> None:
+        self.host = Trend("host", HOST_MIN_RISE)
+        self.device_trend: Trend | None = None
+        self.tree: TreeMemory | None = None
+        self.device: torch.device | None = None
+        self.steps = 0
+        self.rank, self.world_size = 0, 1
+        self.peak_resident = 0
+        self.warnings: list[dict[str, Any]] = []  # each warning logged: step, time, forecast
+        self.failed: str | None = None
+        self.cost_s = 0.0
+        self._times: list[tuple[int, float]] = []  # (step, perf_counter) at the settle point and now
+        self._validated = False
+        self._nvml: Any = None
+
+    # -- never break the run ----------------------------------------------------------------------
+    def _guarded(self, what: str, fn, *args) -> None:
+        if self.failed is not None:
+            return
+        entered = time.perf_counter()
+        try:
+            fn(*args)
+        except Exception as error:  # noqa: BLE001 - the user's run must not see it
+            self.failed = f"{what}: {type(error).__name__}: {error}"
+            log.warning("segperf: MemoryWatch stopped watching memory (%s); training goes on", self.failed)
+        self.cost_s += time.perf_counter() - entered
+
+    # -- Lightning's hooks ------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self._guarded("set-up", self._setup, trainer)
+
+    def _setup(self, trainer) -> None:
+        self._reset()
+        # children already here are not this rank's workers: under DDP on one machine, the other ranks
+        self.tree = TreeMemory(exclude=set(children(TreeMemory().root)))
+        self.device = trainer.strategy.root_device
+        self.rank, self.world_size = trainer.global_rank, trainer.world_size
+        self.host.settle(self.warmup_steps)
+        if self.device.type == "cuda":
+            self.device_trend = Trend("device", DEVICE_MIN_RISE)
+            self.device_trend.settle(self.warmup_steps)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self.steps += 1
+        if self.steps % self.every_n_steps == 0:
+            self._guarded("a step's reading", self._step, trainer)
+
+    def _step(self, trainer) -> None:
+        step, now = self.steps, time.perf_counter()
+        resident, private = self.tree.read()
+        self.peak_resident = max(self.peak_resident, resident)
+        self.host.add(step, private)
+        allocated = reserved = None
+        if self.device_trend is not None:
+            allocated, reserved = torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
+            self.device_trend.add(step, allocated)
+        if step <= self.host.settle_step or not self._times:
+            self._times = [(step, now)]
+        every = trainer.log_every_n_steps
+        if every and step % every < self.every_n_steps and trainer.is_global_zero:
+            self._log_live(trainer, resident, private, allocated, reserved)
+        if step % self.judge_every < self.every_n_steps:
+            self._times[1:] = [(step, now)]
+            states = [trend.judge() for trend in self._trends()]
+            if "confirmed" in states:
+                self._maybe_warn(step)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and not self._validated:
+            self._validated = True
+            # the first validation (its workers, its batches) is a fill: judge what comes after it
+            for trend in self._trends():
+                if trend.state != "confirmed":
+                    trend.settle(self.steps + 1)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if self.tree is not None:
+            self.tree.close()
+
+    # -- during the run ---------------------------------------------------------------------------
+    def _trends(self) -> list[Trend]:
+        return [t for t in (self.host, self.device_trend) if t is not None]
+
+    def _seconds_per_step(self) -> float | None:
+        if len(self._times) < 2 or self._times[1][0] <= self._times[0][0]:
+            return None
+        (s0, t0), (s1, t1) = self._times
+        return (t1 - t0) / (s1 - s0)
+
+    def creep(self) -> dict[str, Any]:
+        """The creep now: per series its rate and since when, and the earliest out-of-memory step."""
+        found: dict[str, Any] = {
+            "state": "none",
+            "host_bytes_per_step": None,
+            "device_bytes_per_step": None,
+            "since_step": None,
+            "out_of_memory_at_step": None,
+            "out_of_memory_in_s": None,
+            "runs_out_of": None,
+            "room_bytes": None,
+            "room_from": None,
+        }
+        rising = [t.name for t in self._trends() if t.state == "rising"]
+        confirmed = [t for t in self._trends() if t.state == "confirmed"]
+        if rising and not confirmed:
+            found["state"] = "rising"
+        found["rising"] = rising
+        for trend in confirmed:
+            found["state"] = "confirmed"
+            rate = trend.judged.slope
+            found[f"{trend.name}_bytes_per_step"] = round(rate, 1)
+            since = trend.judged.since_step
+            found["since_step"] = since if found["since_step"] is None else min(found["since_step"], since)
+            room, room_from = self._room(trend.name)
+            at, seconds = forecast(self.steps, rate, room, self._seconds_per_step())
+            if at is not None and (found["out_of_memory_at_step"] is None or at < found["out_of_memory_at_step"]):
+                found.update(out_of_memory_at_step=at, out_of_memory_in_s=seconds, runs_out_of=trend.name)
+                found.update(room_bytes=room, room_from=room_from)
+        return found
+
+    def _room(self, name: str) -> tuple[int | None, str]:
+        if name == "host":
+            room = host_room()
+            return int(room["available_bytes"]), str(room["limited_by"])
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        used = max(torch.cuda.memory_reserved(self.device), self._nvml_used() or 0)
+        return max(0, int(total) - int(used)), "device memory"
+
+    def _maybe_warn(self, step: int) -> None:
+        creep = self.creep()
+        at = creep["out_of_memory_at_step"]
+        left = None if at is None else at - step
+        if self.warnings:
+            before = self.warnings[-1]["steps_left"]
+            if left is None or before is None or left > before / 2:  # said already; not materially sooner
+                return
+        self.warnings.append({"step": step, "time": time.time(), "steps_left": left, "text": creep_text(creep)})
+        rank = f" on rank {self.rank}" if self.world_size > 1 else ""
+        log.warning("segperf: memory creep%s: %s", rank, self.warnings[-1]["text"])
+
+    def _log_live(self, trainer, resident: int, private: int, allocated: int | None, reserved: int | None) -> None:
+        metrics = {"perf/rss_bytes": float(resident), "perf/rss_private_bytes": float(private)}
+        if allocated is not None:
+            metrics["perf/device_allocated_bytes"] = float(allocated)
+            metrics["perf/device_reserved_bytes"] = float(reserved)
+            used = self._nvml_used()
+            if used is not None:
+                metrics["perf/device_used_bytes"] = float(used)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    def _nvml_used(self, nvml: Any = None) -> int | None:
+        """NVML's used memory of this rank's GPU (all processes on it); None without NVML."""
+        if self._nvml is None:
+            from segperf.perf.nvml import GpuUnavailable, NvmlGpu
+            from segperf.perf.sampler import sampled_gpu
+
+            try:
+                self._nvml = NvmlGpu(sampled_gpu(), nvml)
+            except GpuUnavailable:
+                self._nvml = False
+        return self._nvml.read_mem() if self._nvml else None
+
+    # -- the record -------------------------------------------------------------------------------
+    def record(self, results: dict[str, Any]) -> None:
+        """results.json's `memory` (kept keys another part wrote there), and the memory verdict
+        beside the time verdict."""
+        memory = results.setdefault("memory", {})
+        if self.tree is None:  # never set up: no training ran
+            memory.setdefault("not_measured", self.failed or "no training step")
+            return
+        if self.failed is not None:
+            memory["not_measured"] = self.failed
+            results.setdefault("not_measured", {})["memory"] = self.failed
+        for trend in self._trends():
+            trend.judge()
+        creep = self.creep()
+        memory["trend"] = {
+            "host": {"measure": "private bytes of the process tree", **self.host.section()},
+            "device": None
+            if self.device_trend is None
+            else {"measure": "torch allocated bytes", **self.device_trend.section()},
+        }
+        memory["creep"] = creep
+        memory["pressure"] = self._pressure(results)
+        memory["warnings"] = self.warnings
+        memory["findings"] = findings(memory)
+        memory["steps"], memory["read_every_n_steps"] = self.steps, self.every_n_steps
+        memory["cost_s"] = round(self.cost_s, 6)
+        found = memory_verdict(memory)
+        memory["verdict"] = found
+        if found is not None and isinstance(results.get("verdict"), dict):
+            results["verdict"]["memory"] = found
+
+    def _pressure(self, results: dict[str, Any]) -> dict[str, Any]:
+        resources = results.get("resources") or {}
+        room = host_room()
+        peak = max(self.peak_resident, resources.get("rss_peak_bytes") or 0) or None
+        capacity = int(room["capacity_bytes"])
+        pressure: dict[str, Any] = {
+            "host": {
+                "peak_bytes": peak,
+                "peak_private_bytes": self.host.peak_bytes,
+                "capacity_bytes": capacity,
+                "capacity_from": "cgroup memory limit" if room["limited_by"] == "cgroup memory limit" else "RAM",
+                "fraction": peak / capacity if peak and capacity else None,
+            },
+            "device": None,
+        }
+        if self.device_trend is not None:
+            pressure["device"] = device_pressure(self.device, resources.get("gpu_mem_peak_bytes"))
+        return pressure
+
+
+def device_pressure(device: torch.device, nvml_peak: int | None) -> dict[str, Any]:
+    """Peak allocated and reserved against the device's capacity, the allocator's overhang and its
+    retries (torch.cuda.memory_stats: a cudaMalloc retried after freeing its cache is memory tight)."""
+    stats = torch.cuda.memory_stats(device)
+    allocated, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
+    capacity = torch.cuda.get_device_properties(device).total_memory
+    peak = max(reserved, nvml_peak or 0)
+    return {
+        "peak_allocated_bytes": int(allocated),
+        "peak_reserved_bytes": int(reserved),
+        "reserved_overhang_bytes": int(reserved - allocated),
+        "overhang_fraction": (reserved - allocated) / reserved if reserved else None,
+        "nvml_peak_bytes": nvml_peak,
+        "capacity_bytes": int(capacity),
+        "fraction": peak / capacity if capacity else None,
+        "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        "out_of_memory_errors": int(stats.get("num_ooms", 0)),
+    }
+
+
+def creep_text(creep: dict[str, Any]) -> str:
+    """One sentence: what grows, how fast, since when, and when it runs out."""
+    parts = []
+    if creep.get("host_bytes_per_step"):
+        parts.append(f"{HOST_WHAT} grows {size(creep['host_bytes_per_step'])} a step")
+    if creep.get("device_bytes_per_step"):
+        parts.append(f"torch's allocated device memory grows {size(creep['device_bytes_per_step'])} a step")
+    text = " and ".join(parts) + f" since step {creep['since_step']:,}"
+    if creep.get("out_of_memory_at_step") is not None:
+        text += (
+            f"; at this rate the {creep['runs_out_of']} memory left to it ({size(creep['room_bytes'])}, "
+            f"{creep['room_from']}) runs out at step ~{creep['out_of_memory_at_step']:,}"
+        )
+        if creep.get("out_of_memory_in_s") is not None:
+            text += f", in about {duration(creep['out_of_memory_in_s'])}"
+    return f"{text}. {ADVICE[0].upper()}{ADVICE[1:]}."
+
+
+def findings(memory: dict[str, Any]) -> list[dict[str, str]]:
+    """What the memory record says a person should know, one line each."""
+    found = []
+    creep, pressure = memory.get("creep") or {}, memory.get("pressure") or {}
+    if creep.get("state") == "confirmed":
+        found.append({"kind": "creep", "text": creep_text(creep)})
+    for name, trend in (memory.get("trend") or {}).items():
+        if trend and trend.get("state") == "stopped":
+            found.append(
+                {
+                    "kind": "stopped",
+                    "text": f"{name} memory rose {size(trend['bytes_per_step'])} a step from step "
+                    f"{trend['since_step']:,}, then stopped (a fill, or a leak that ended)",
+                }
+            )
+    host, device = pressure.get("host") or {}, pressure.get("device") or {}
+    if (host.get("fraction") or 0) >= PRESSURE_SHARE:
+        found.append(
+            {
+                "kind": "pressure",
+                "text": f"host memory peaked at {host['fraction']:.0%} of its capacity "
+                f"({size(host['peak_bytes'])} of {size(host['capacity_bytes'])}, {host['capacity_from']})",
+            }
+        )
+    if (device.get("fraction") or 0) >= PRESSURE_SHARE or device.get("alloc_retries"):
+        retries = (
+            f"; the allocator retried {device['alloc_retries']:,} allocations" if device.get("alloc_retries") else ""
+        )
+        found.append(
+            {
+                "kind": "pressure",
+                "text": f"device memory peaked at {device['fraction']:.0%} of its capacity "
+                f"({size(device['capacity_bytes'])}){retries}",
+            }
+        )
+    overhang = device.get("reserved_overhang_bytes") or 0
+    if overhang >= OVERHANG_BYTES and (device.get("overhang_fraction") or 0) >= OVERHANG_SHARE:
+        found.append(
+            {
+                "kind": "overhang",
+                "text": f"the allocator reserved {size(overhang)} ({device['overhang_fraction']:.0%}) more than it "
+                "allocated at its peak (fragmentation): try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            }
+        )
+    return found
