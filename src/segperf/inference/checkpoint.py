@@ -1,10 +1,13 @@
 """Where the weights come from, how they are loaded safely, and which dtype they run in.
 
 A checkpoint is loaded with `torch.load(weights_only=True)`: tensors and plain data only, so a
-file from elsewhere cannot run code on unpickling. The module is rebuilt from its config, not
-from pickled classes: the training run's (results.json `config.model`, any model segperf trains,
-a user's own LightningModule too), or for a bare U-Net checkpoint the `net_config` that
-SegmentationModule.on_save_checkpoint stores.
+file from elsewhere cannot run code on unpickling. One that holds objects (a module that saves its
+`net` nn.Module in its hyperparameters, as lightning-hydra-template's does) is read through the
+weights-only copy segperf's own runs write beside it (segperf.training.checkpoints.weights_copy),
+loaded the same way; without one it is refused in one line that says what to do. The module is
+rebuilt from its config, not from pickled classes: the training run's (results.json
+`config.model`, any model segperf trains, a user's own LightningModule too), or for a bare U-Net
+checkpoint the `net_config` that SegmentationModule.on_save_checkpoint stores.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 
 from segperf.errors import needs_code, unreadable_checkpoint
 from segperf.model.unet import UNet
+from segperf.training.checkpoints import unsafe_globals, weights_copy
 
 
 class InferenceError(RuntimeError):
@@ -105,22 +109,48 @@ def no_run_checkpoint(run: Path, results: dict[str, Any]) -> str:
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint's contents, loaded with weights_only=True (see the module docstring)."""
+    """A checkpoint's contents, loaded with weights_only=True (see the module docstring); for one
+    that holds objects, its weights-only copy's."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not needs_code(error):  # a damaged file: torch says UnpicklingError for that too
             raise InferenceError(unreadable_checkpoint(path, error)) from None
-        reason = str(error).strip().splitlines()[0]
-        raise InferenceError(
-            f"refusing to load {path}: it holds objects other than tensors and plain data, and segperf loads "
-            f"checkpoints with weights_only=True so that no file can run code ({reason})"
-        ) from None
+        checkpoint = read_weights_copy(path)
     except Exception as error:  # cut short, or not a torch file at all
         raise InferenceError(unreadable_checkpoint(path, error)) from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise InferenceError(f"{path} is not a segperf checkpoint (no state_dict: not a Lightning checkpoint)")
     return checkpoint
+
+
+def read_weights_copy(path: Path) -> dict[str, Any]:
+    """The weights-only copy a segperf run wrote beside `path` (a checkpoint that needs code to
+    load), if it is of this checkpoint: written after it. Else one line saying what to do."""
+    copy = weights_copy(path)
+    if copy.is_file() and copy.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+        try:
+            return torch.load(copy, map_location="cpu", weights_only=True)
+        except Exception as error:  # damaged or cut short: said as for any checkpoint
+            raise InferenceError(unreadable_checkpoint(copy, error)) from None
+    raise InferenceError(refusal(path, copy))
+
+
+def refusal(path: Path, copy: Path) -> str:
+    """One line: why `path` is not loaded and the ways forward."""
+    try:
+        names = unsafe_globals(path)
+    except Exception:  # the names are a courtesy; the refusal stands without them
+        names = []
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    held = f" ({shown})" if shown else ""
+    stale = f"; its {copy.name} is older than it" if copy.is_file() else f" and has no {copy.name} beside it"
+    return (
+        f"refusing to load {path}: it holds objects{held} that only load by running code from the file{stale}. "
+        "Runs of this segperf write that weights-only copy: train it again with python -m segperf.train and give "
+        "run_dir=<that run>, or keep objects out of the module's checkpoint "
+        '(self.save_hyperparameters(ignore=["net"]))'
+    )
 
 
 def unet_model_config(path: Path, checkpoint: dict[str, Any]) -> dict[str, Any]:
