@@ -32,7 +32,7 @@ import lightning as L
 import torch
 
 from segperf.perf.collectives import CollectiveTimer, cuda_events, device_seconds
-from segperf.perf.meetings import StepWaits
+from segperf.perf.meetings import StepWaits, add_waits
 
 
 class CollectiveWait(L.Callback):
@@ -144,3 +144,12 @@ class CollectiveWait(L.Callback):
             "calls": dict(self.calls),
             "outside_steps_s": dict(self.outside.waits),
         }
+
+
+def record_waits(results: dict[str, Any], collectives: CollectiveWait, step_parts) -> None:
+    """Where the ranks met (`collective_wait`) and this rank's waits in its phase table for the
+    verdict (segperf.perf.meetings.add_waits); nothing for a single process."""
+    if not collectives.state.startswith("measured"):
+        return
+    collectives.record(results)
+    add_waits(results, step_parts())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from segperf.callbacks.allreduce_wait import AllReduceWait
+from segperf.callbacks.collective_wait import CollectiveWait
 from segperf.callbacks.phase_clock import PhaseClock
 from segperf.callbacks.resource_monitor import ResourceMonitor
 from segperf.perf.folding import CHUNK_STEPS, HEAD_STEPS, Folded
@@ -31,13 +32,17 @@ class RunFolder:
         """Steps held from the start: the warm-up, the start-up queue, the steady state's start."""
         return max(self.head_steps, 2 * self.clock.warmup_steps)
 
-    def step_parts(self, allreduce: AllReduceWait | None) -> dict:
+    def step_parts(self, allreduce: AllReduceWait | None, collectives: CollectiveWait | None = None) -> dict:
         """The run's per-step parts after warm-up: the held steps' and the folded totals
-        (segperf.perf.ranks.step_parts), the all-reduce's last buckets where it was timed."""
+        (segperf.perf.ranks.step_parts), the all-reduce's last buckets and the waits where the
+        ranks meet where they were timed."""
         clock = self.clock
         waits = [end - start for start, end in clock.intervals().get(FETCH_ACTION, [])]
         last_bucket = allreduce.last_bucket if allreduce is not None else None
-        return step_parts(waits, clock.step_times, clock.backward, last_bucket, clock.warmup_steps, self.folded.parts)
+        meetings = collectives.per_step() if collectives is not None else None
+        return step_parts(
+            waits, clock.step_times, clock.backward, last_bucket, clock.warmup_steps, self.folded.parts, meetings
+        )
 
     def due(self) -> bool:
         clock = self.clock
@@ -50,6 +55,7 @@ class RunFolder:
         phase_intervals: Callable[[dict[str, list[Interval]], tuple[float, float]], dict[str, list[Interval]]],
         resources: ResourceMonitor | None,
         allreduce: AllReduceWait | None,
+        collectives: CollectiveWait | None = None,
     ) -> bool:
         """Fold the held steps past the head; False (nothing folded) where the profiled fetches and
         steps are not one each per step (a loop this does not know: everything is kept)."""
@@ -73,11 +79,12 @@ class RunFolder:
         folded.add_phases(table.phases, calls)
         held = clock.fold(head, upto)
         buckets = allreduce.fold(head, upto) if allreduce is not None else None
+        meetings = collectives.fold(head, upto) if collectives is not None else None
         waits = [end - begin for begin, end in taken[FETCH_ACTION]]
         folded.wait.add(waits)
         folded.step.add([end - begin for begin, end in taken[STEP_ACTION]])
         folded.add_split(split_steps(taken[STEP_ACTION], held["backward"], 0))
-        values = step_values(waits, held["step_times"], held["backward"], buckets, 0)
+        values = step_values(waits, held["step_times"], held["backward"], buckets, 0, meetings)
         for part in PARTS:
             folded.add_part(part, values[part])
         if held["events"]:

@@ -28,6 +28,7 @@ import torch
 
 from segperf.callbacks.allreduce_wait import AllReduceWait
 from segperf.callbacks.batch_size import BatchSizeFn
+from segperf.callbacks.collective_wait import CollectiveWait, record_waits
 from segperf.callbacks.console import show_on_console
 from segperf.callbacks.loader_settings import loader_settings
 from segperf.callbacks.long_run import RunFolder
@@ -119,9 +120,10 @@ class PerfMonitor(L.Callback):
         self.resources = ResourceMonitor(sample_interval_s) if measure else None
         self.mfu = MfuMonitor(batch_size_fn, peak_probe) if measure else None
         self.allreduce = AllReduceWait() if measure else None
+        self.collectives = CollectiveWait() if measure else None  # waits where the ranks meet in a step
         self.validations = ValidationMetrics()  # every metric validation logged, one entry per validation
         self.scalars = PerfScalars(self.clock)
-        parts = (self.clock, self.resources, self.mfu, self.allreduce, self.validations, self.scalars)
+        parts = (self.clock, self.resources, self.mfu, self.allreduce, self.collectives, self.validations, self.scalars)
         self.parts = Parts([p for p in parts if p is not None])
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.run_start: float | None = None
@@ -187,7 +189,8 @@ class PerfMonitor(L.Callback):
             entered, parts = time.perf_counter(), self.parts
             fold, start = self.long_run.fold, self.run_start or 0.0
             resources, allreduce = parts.get(self.resources), parts.get(self.allreduce)
-            parts.safely("folding a long run", fold, start, self._phase_intervals, resources, allreduce)
+            collectives = parts.get(self.collectives)
+            parts.safely("folding a long run", fold, start, self._phase_intervals, resources, allreduce, collectives)
             parts.hooks_s += time.perf_counter() - entered
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
@@ -252,6 +255,8 @@ class PerfMonitor(L.Callback):
             safely("FLOPs and MFU", self.mfu.record, results, trainer)
         if self.allreduce is not None and self.allreduce.state != "not started":
             results["allreduce_timing"] = self.allreduce.state
+        if parts.get(self.collectives) is not None:  # before the verdict: it reads a wait as waiting
+            safely("the waits where the ranks meet", record_waits, results, self.collectives, self.step_parts)
         threads = torch.get_num_threads()  # as the run ended (ShareCores may have changed them)
         results["verdict"] = safely("the verdict", fit_record.run_verdict, results, device.type, self.loader, threads)
         results["verdict"] = results["verdict"] or {"kind": "unknown", "text": "not measured"}
@@ -267,14 +272,13 @@ class PerfMonitor(L.Callback):
 
     def step_parts(self) -> dict[str, Any]:
         """This rank's per-step parts after warm-up, held and folded (segperf.perf.ranks.step_parts)."""
-        return self.long_run.step_parts(self.allreduce)
+        return self.long_run.step_parts(self.allreduce, self.parts.get(self.collectives))
 
     def _measure(self, results: dict[str, Any]) -> dict[str, Any]:
         results = {"dataset": {}, "train": {}, "quality": {}, "notices": [], **results}
         self.record(results)
         if self.trainer is not None:
-            history = self.validations.history if self.parts.get(self.validations) is not None else []
-            results["quality"] = fit_quality(self.trainer, history)
+            results["quality"] = fit_quality(self.trainer, self.parts.get(self.validations))
         return results
 
     def gather(self, trainer, results: dict[str, Any]) -> None:

@@ -51,6 +51,9 @@ def add_ranks(results: dict[str, Any], rows: list[dict[str, Any]], trainer) -> N
     """Rank 0: `results["distributed"]` with the rows and their combination, `train` turned into
     the whole run's numbers (rank 0's own stay in its row), the per-rank scalars to its loggers."""
     combined = combine(rows)
+    verdict = combined.pop("verdict", None)
+    if verdict:  # the run's, from all its ranks: the one the others wait for sets the pace
+        results["verdict"] = verdict
     results["distributed"] = {
         "strategy": type(trainer.strategy).__name__,
         "backend": torch.distributed.get_backend(),
