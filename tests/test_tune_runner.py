@@ -25,7 +25,7 @@ from segperf.tune import cli, later_noise, quality_runs, settings_check
 from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
 from segperf.tune.probe import Probe
 from segperf.tune.report import final_noise, final_table, render, tuned_against_presets
-from segperf.tune.runner import LaunchMeasure, max_time, merged, probe_from_results
+from segperf.tune.runner import EPOCH_ENDS, LaunchMeasure, max_time, merged, probe_from_results
 from segperf.tune.search import QualityCheck, Step, TuneResult
 from tests.conftest import REPO
 from tests.extras import needs_extra
@@ -171,6 +171,8 @@ def test_a_probe_is_the_configuration_at_the_probe_size_with_the_time_limit_last
         "val_every_images=74",
         # the probe times its steady state and stops once its rate is known to ±5%
         f"+callbacks.tune_probe={STEADY}",
+        # past an epoch end of a user's short training split it validates first where a metric is watched
+        EPOCH_ENDS,
         "trainer.max_time='00:00:01:15'",
         # stopped inside a step at three times the limit: one step of fp16 emulated took 177 s
         "+callbacks.tune_time_limit={_target_:segperf.callbacks.hard_time_limit.HardTimeLimit,seconds:222.6}",
@@ -197,6 +199,7 @@ def test_a_quality_run_drops_the_starts_run_size_for_the_learning_runs():
         "precision=bf16",
         "size=demo",
         "data.height=64",
+        EPOCH_ENDS,
     ]
 
 
@@ -236,6 +239,7 @@ def test_a_users_model_gets_a_learning_run_at_the_size_the_tune_was_given(monkey
         "val_images=32",
         "workers=auto",
         "val_every_images=32",
+        EPOCH_ENDS,
     ]
     assert len(notes) == 1 and "train_images=64, val_images=32, batch_size=16" in notes[0]
     assert "quality.metric" in notes[0]

@@ -190,6 +190,10 @@ def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, n
     if failed:
         reason, count = next(iter(result.failures.items()))
         print(f"segperf.tune: warning: {failed} of {result.runs} runs failed; most often ({count}x): {reason}")
+    if result.tuner_problems:  # not counted against any configuration: the tuner's own
+        reason, count = next(iter(result.tuner_problems.items()))
+        total = sum(result.tuner_problems.values())
+        print(f"segperf.tune: warning: {total} of {result.runs} runs were not measured ({count}x): {reason}")
     if result.busy_runs:
         print(f"segperf.tune: warning: {busy_warning(result.busy_runs, result.runs)}")
     print(f"segperf.tune: report {report}; apply with: {apply_command(command, settings.batch_size)}")

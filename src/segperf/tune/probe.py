@@ -55,6 +55,9 @@ class Probe:
     # (segperf.callbacks.steady_probe; None for a run without it)
     timed_steps: int | None = None
     half_width: float | None = None
+    # it failed for the shape the tuner gave the run (its size, validation, checkpoints), in the
+    # user's own shape too: the tuner's problem, not a verdict on `config` (segperf.tune.probe_shape)
+    tuners_own: bool = False
     # why it stopped before its rate was known to the probe's precision (its cap of timed steps,
     # the time limit): its images/s stand, less precise; None when it reached the precision
     imprecise: str | None = None

@@ -236,6 +236,9 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     if failures := result.get("failures"):  # absent in a record from before failures were counted
         lines.append(f"- **failed runs: {sum(failures.values())} of {result.get('runs', '?')}**:")
         lines += [f"  - {count}x: {reason}" for reason, count in failures.items()]
+    if problems := result.get("tuner_problems"):  # failed for the tuner's run shape: no verdict on a configuration
+        lines.append(f"- **not measured, the tuner's problem: {sum(problems.values())} of {result.get('runs', '?')}**:")
+        lines += [f"  - {count}x: {reason}" for reason, count in problems.items()]
     if busy := result.get("busy_runs"):
         lines.append(f"- **busy machine**: {busy_warning(busy, result.get('runs', '?'))}")
     if data.get("tuned_yaml"):

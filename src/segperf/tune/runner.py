@@ -11,6 +11,11 @@ timed steps, until the rate is known to `tune.probe.precision`, at most `tune.pr
 small validation at the end (the run always validates once), no checkpoint. The probe's images/s
 are SteadyProbe's (results.json `tune_probe`), not `train.images_per_s` (a fixed warm-up).
 
+Every run of the tune's (probes and learning runs) adds segperf.callbacks.epoch_end_validation: one
+that crosses an epoch end of a user's shorter training split validates at each epoch's end when the
+module or its callbacks watch a validation metric there (ReduceLROnPlateau on `val/loss`). A run
+that still fails for the probe's shape is run once more in the user's own (segperf.tune.probe_shape).
+
 A per-probe time limit becomes `trainer.max_time`: Lightning's Timer stops training after the
 step that passes it and the run ends like a finished one. A probe stopped there after its fewest
 timed steps keeps its rate, marked less precise (`imprecise`); one stopped before them is cut, with
@@ -42,6 +47,7 @@ from omegaconf import OmegaConf
 from segperf.quality import of_results
 from segperf.report.flags import busy_during
 from segperf.tune.probe import Config, Probe
+from segperf.tune.probe_shape import failed_for_its_shape, settled, users_shape
 from segperf.tune.space import override_key, without_keys
 
 # what a probe sets itself (the start's own values of these keys are replaced)
@@ -53,12 +59,16 @@ PROBE_SIZE_KEYS = (
     "callbacks.tune_screen",
     "callbacks.tune_time_limit",
     "callbacks.tune_probe",
+    "callbacks.tune_epoch_ends",
 )
 STEADY_TARGET = "segperf.callbacks.steady_probe.SteadyProbe"
 # a probe's precision where tune.probe gives none (the relative half-width of its 95% interval)
 PRECISION = 0.05
 SCREEN_TARGET = "segperf.callbacks.screen_out.ScreenOut"
 HARD_LIMIT_TARGET = "segperf.callbacks.hard_time_limit.HardTimeLimit"
+# every run of the tune's, speed and learning: one that crosses an epoch end of the user's training
+# split validates before it when a metric is watched there (segperf.callbacks.epoch_end_validation)
+EPOCH_ENDS = "+callbacks.tune_epoch_ends={_target_:segperf.callbacks.epoch_end_validation.EpochEndValidation}"
 # the hard limit, inside a step, at this multiple of the probe's time limit (Lightning's max_time,
 # checked after each step): a step that runs for minutes (fp16 emulated: 177 s a step) is stopped
 # inside it, while an ordinary probe ends at max_time, well before (segperf.callbacks.hard_time_limit)
@@ -229,7 +239,7 @@ class LaunchMeasure:
             # the configuration's own seed wins over one in tune.quality.runs: the quality guard's
             # confirming run (seed + 1) must not be put back on the first run's seed
             seed = [o for o in own if override_key(o) == "seed"]
-            return merged(self.probe["overrides"], own, self.quality_runs, seed)
+            return merged(self.probe["overrides"], own, self.quality_runs, seed, [EPOCH_ENDS])
         batch = setting(config, "batch_size", self.master.batch_size)
         warmup = setting(config, "warmup_steps", self.master.warmup_steps)
         # on a CPU with workers, ShareCores adds its measuring steps to the warm-up: the probe runs
@@ -241,7 +251,7 @@ class LaunchMeasure:
         images = (warmup + sharing + 2 * steady["max_steps"]) * batch
         size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
         settings = ",".join(f"{key}:{value:.6g}" for key, value in steady.items())
-        limit = [f"+callbacks.tune_probe={{_target_:{STEADY_TARGET},{settings}}}"]
+        limit = [f"+callbacks.tune_probe={{_target_:{STEADY_TARGET},{settings}}}", EPOCH_ENDS]
         if limit_s is not None:
             hard = f"{{_target_:{HARD_LIMIT_TARGET},seconds:{HARD_LIMIT_FACTOR * limit_s:.6g}}}"
             limit += [f"trainer.max_time={max_time(limit_s)}", f"+callbacks.tune_time_limit={hard}"]
@@ -328,18 +338,28 @@ class LaunchMeasure:
                 batch.append(overrides)
                 where.append(index)
         if batch:
-            started = time.monotonic()
-            returns = self.launcher.launch(batch, initial_job_idx=self.next_job())
-            elapsed = time.monotonic() - started
-            found = [
-                self._probe_of(configs[i], job, limit_s is not None) for i, job in zip(where, returns, strict=True)
-            ]
-            # a run's own wall time, plus its share of what the launch took besides the runs
-            # (composing each job, Hydra's set-up, a submitit job's start): what it cost the budget
-            extra = max(0.0, elapsed - sum(p.wall_s for p in found)) / len(found)
+            found = self._launch([configs[i] for i in where], batch, limit_s is not None)
+            # a run that failed for the probe's shape (not its configuration's) once more, in the user's own
+            again = [k for k, probe in enumerate(found) if failed_for_its_shape(probe)]
+            if again:
+                shaped = [users_shape(batch[k], self.master.val_every_images) for k in again]
+                retried = self._launch([configs[where[k]] for k in again], shaped, limit_s is not None)
+                for k, probe in zip(again, retried, strict=True):
+                    found[k] = settled(found[k], probe)
             for i, probe in zip(where, found, strict=True):
-                probes[i] = replace(probe, wall_s=probe.wall_s + extra)
+                probes[i] = probe
         return [p for p in probes if p is not None]
+
+    def _launch(self, configs: list[Config], batch: list[list[str]], limited: bool) -> list[Probe]:
+        """One launch of `batch` (the command lines of `configs`), each job read back as a Probe."""
+        started = time.monotonic()
+        returns = self.launcher.launch(batch, initial_job_idx=self.next_job())
+        elapsed = time.monotonic() - started
+        found = [self._probe_of(config, job, limited) for config, job in zip(configs, returns, strict=True)]
+        # a run's own wall time, plus its share of what the launch took besides the runs
+        # (composing each job, Hydra's set-up, a submitit job's start): what it cost the budget
+        extra = max(0.0, elapsed - sum(p.wall_s for p in found)) / len(found)
+        return [replace(probe, wall_s=probe.wall_s + extra) for probe in found]
 
     def _probe_of(self, config: Config, job: Any, limited: bool) -> Probe:
         run_dir = Path(str(job.hydra_cfg.hydra.runtime.output_dir)) if job.hydra_cfg is not None else None

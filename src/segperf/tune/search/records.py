@@ -76,6 +76,8 @@ class TuneResult:
     level: float
     # runs that failed, by their one-line reason (each speed and learning run counts once)
     failures: dict[str, int] = field(default_factory=dict)
+    # runs that failed for the tuner's own run shape, not their configuration (Probe.tuners_own), by reason
+    tuner_problems: dict[str, int] = field(default_factory=dict)
     runs: int = 0
     # runs that other processes kept the machine busy during (their timings are not this machine's own)
     busy_runs: int = 0

@@ -26,10 +26,13 @@ class Verdict(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped: budget"
     WORSE = "rejected: quality"
+    # its run failed for the tuner's run shape, not for the configuration (segperf.tune.probe_shape)
+    UNMEASURED = "not measured: the tuner's problem"
 
 
 KEPT, SLOWER, SAME = Verdict.KEPT, Verdict.SLOWER, Verdict.SAME
 NOT_APPLIED, FAILED, SKIPPED, WORSE = Verdict.NOT_APPLIED, Verdict.FAILED, Verdict.SKIPPED, Verdict.WORSE
+UNMEASURED = Verdict.UNMEASURED
 
 EVEN_LATER = "a run made later may find the two even"
 UNCOMPILED_TIE = (
@@ -76,6 +79,9 @@ def judge(
     if last.cut:
         step.verdict = SLOWER
         step.note = f"cut at the time limit after {last.wall_s:.0f} s: judged slower, not measured again"
+        return True
+    if last.tuners_own:  # not a verdict on the configuration: it stays unmeasured
+        step.verdict, step.note = UNMEASURED, last.failed
         return True
     if last.failed is not None or last.images_per_s is None:
         step.verdict, step.note = FAILED, last.failed or "no images/s recorded"
