@@ -1,7 +1,8 @@
 """torch.compile's on-disk cache, shared by runs that overlap without their corrupting it.
 
 Inductor keeps what it compiled (FX graphs, generated C++/Triton code, built libraries) in
-TORCHINDUCTOR_CACHE_DIR, which segperf.config routes to `~/.cache/segperf/torchinductor`. That
+TORCHINDUCTOR_CACHE_DIR, which segperf's commands route to `~/.cache/segperf/torchinductor` at their
+entry (segperf.config.route_tool_caches; importing segperf routes nothing). That
 folder is not safe for processes compiling into it at once: a process that looks up a graph reads
 every file of the graph's folder, the half-written temp file of another process's write included,
 and fails on a truncated pickle (pytorch#172144); parallel test workers once left the folder so
@@ -32,8 +33,8 @@ tiny U-Net's cache, 11 MB in 148 files, is seeded in 0.06-0.09 s and checked for
 exit in 0.005 s (shutil.copy2 on a 2-core VM's disk, three runs), against 2 minutes of compiling.
 
 A variable the user set wins as before (segperf.config.route_tool_caches): their folder is then the
-shared one. A script of the user's own that compiles outside segperf's runs still writes the
-routed folder directly; `use_private_copy()` is public for it.
+shared one. A script of the user's own (PerfMonitor in their Trainer) keeps torch's own cache
+folder and writes it directly; `use_private_copy()` is public for it.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def use_private_copy() -> Path | None:
     if os.getpid() in _in_use:
         return _in_use[os.getpid()]
     shared_text = os.environ.get(SHARED) or os.environ.get(VARIABLE)
-    if not shared_text:  # nothing routed (segperf.config always routes): torch's own default
+    if not shared_text:  # nothing routed (a user's own script, before torch set it): torch's own default
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
         shared_text = default_cache_dir()
