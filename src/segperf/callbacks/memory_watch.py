@@ -199,14 +199,19 @@ class MemoryWatch(L.Callback):
         return max(0, int(total) - int(used)), "device memory"
 
     def _maybe_warn(self, step: int) -> None:
+        """Once when creep is confirmed; again only when the out-of-memory step it forecasts comes
+        nearer by at least half of what was left when it was last said (the leak sped up)."""
         creep = self.creep()
         at = creep["out_of_memory_at_step"]
-        left = None if at is None else at - step
         if self.warnings:
-            before = self.warnings[-1]["steps_left"]
-            if left is None or before is None or left > before / 2:  # said already; not materially sooner
+            before = self.warnings[-1]
+            if at is None or before["out_of_memory_at_step"] is None:
                 return
-        self.warnings.append({"step": step, "time": time.time(), "steps_left": left, "text": creep_text(creep)})
+            if at > before["out_of_memory_at_step"] - (before["out_of_memory_at_step"] - before["step"]) / 2:
+                return
+        self.warnings.append(
+            {"step": step, "time": time.time(), "out_of_memory_at_step": at, "text": creep_text(creep)}
+        )
         rank = f" on rank {self.rank}" if self.world_size > 1 else ""
         log.warning("segperf: memory creep%s: %s", rank, self.warnings[-1]["text"])
 

@@ -1,0 +1,306 @@
+"""MemoryWatch: memory creep caught while the run lives (rate, since when, the out-of-memory step
+and its warning before fit ends), no false alarm on a run that only fills, a bounded record,
+pressure from torch.cuda's counters and NVML (faked), one leaking DDP rank named."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+from segperf import PerfMonitor
+from segperf.callbacks.memory_watch import MemoryWatch
+from segperf.perf.memory_trend import MIB, Trend, rank_memory
+from segperf.perf.nvml import NvmlGpu
+from segperf.perf.summary import format_run_summary
+from tests.conftest import MNIST_TINY, NARROW_UNET, TINY, run_cli
+from tests.fake_nvml import FakeNvml
+
+SCRIPT = Path(__file__).parent / "fixtures" / "leak_script.py"
+_spec = importlib.util.spec_from_file_location("leak_script", SCRIPT)
+leak_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(leak_script)
+
+
+class _Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class _FitEnd(L.Callback):
+    """When fit ended, by the wall clock the log records carry."""
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.at = time.time()
+
+
+def fit_with_watch(tmp_path: Path, leak_bytes: int, steps: int = 300):
+    data = TensorDataset(torch.randn(256, 32), torch.randn(256, 1))
+    watch, fit_end, caught = MemoryWatch(), _FitEnd(), _Warnings()
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        logger=CSVLogger(tmp_path),
+        accelerator="cpu",
+        max_steps=steps,
+        val_check_interval=50,
+        check_val_every_n_epoch=None,
+        limit_val_batches=2,
+        log_every_n_steps=10,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[PerfMonitor(peak_probe=False), watch, fit_end],
+    )
+    logger = logging.getLogger("segperf")
+    logger.addHandler(caught)
+    try:
+        trainer.fit(leak_script.Model(leak_bytes, -1), DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
+    finally:
+        logger.removeHandler(caught)
+    results: dict = {"verdict": {"kind": "compute-bound", "text": "compute-bound on the CPU"}}
+    watch.record(results)
+    creep_warnings = [r for r in caught.records if "memory creep" in r.getMessage()]
+    return results, creep_warnings, fit_end.at, tmp_path
+
+
+def test_a_leak_of_a_fixed_size_a_step_is_measured_forecast_and_warned_before_fit_ends(tmp_path):
+    results, warned, fit_end, _ = fit_with_watch(tmp_path, leak_bytes=MIB)
+    creep = results["memory"]["creep"]
+    assert creep["state"] == "confirmed"
+    assert 0.65 * MIB <= creep["host_bytes_per_step"] <= 1.35 * MIB
+    assert creep["out_of_memory_at_step"] > 300 and creep["out_of_memory_in_s"] > 0
+    assert creep["since_step"] is not None and creep["since_step"] < 150
+    assert len(warned) == 1  # once: the forecast did not halve
+    assert warned[0].created < fit_end  # said while the run still lived
+    assert "runs out at step" in warned[0].getMessage()
+    # the record: the memory verdict beside the time verdict, the summary's Memory section
+    assert results["verdict"]["memory"]["kind"] == "memory-creep"
+    summary = format_run_summary(results)
+    assert "Host creep              confirmed: +1.0 MiB a step" in summary
+    assert "Memory: memory-creep:" in summary
+    # live scalars to the trainer's logger (a CSV one here), every log_every_n_steps
+    (metrics,) = tmp_path.rglob("metrics.csv")
+    assert "perf/rss_bytes" in metrics.read_text().splitlines()[0].split(",")
+
+
+def test_the_same_script_without_the_leak_reports_no_creep(tmp_path):
+    results, warned, _, _ = fit_with_watch(tmp_path, leak_bytes=0)
+    creep = results["memory"]["creep"]
+    assert creep["state"] == "none" and not warned
+    assert creep["host_bytes_per_step"] is None and creep["out_of_memory_at_step"] is None
+    assert results["memory"]["trend"]["host"]["state"] == "flat"
+    assert "memory" not in results["verdict"]
+    assert "Host creep              none" in format_run_summary(results)
+
+
+def _feed(values, settle: int = 10) -> Trend:
+    trend = Trend("host", 32 * MIB)
+    trend.settle(settle)
+    for step, value in enumerate(values):
+        trend.add(step, int(value))
+        if step % 16 == 0:
+            trend.judge()
+    trend.judge()
+    return trend
+
+
+def test_a_level_shift_that_stays_flat_is_not_creep_and_a_steady_rise_is():
+    noise = np.random.default_rng(0).normal(0, 2 * MIB, 600)
+    base = 700 * MIB
+    shift = _feed(base + np.where(np.arange(600) > 200, 400 * MIB, 0) + noise)  # workers starting, a pinned pool
+    assert shift.state == "flat" and shift.confirmed is None
+    rise = _feed(base + np.arange(600) * 0.5 * MIB + noise)
+    assert rise.state == "confirmed" and rise.judged.slope == pytest.approx(0.5 * MIB, rel=0.1)
+    late = _feed(base + np.maximum(0, np.arange(4000) - 2500) * 0.25 * MIB + np.resize(noise, 4000))
+    assert late.state == "confirmed" and 2300 <= late.judged.since_step <= 2700  # since when it began
+
+
+def test_a_million_step_run_keeps_a_bounded_record():
+    trend = Trend("host", 32 * MIB)
+    for step in range(1_000_000):
+        trend.add(step, 700 * MIB + (step % 7) * 4096)
+        if step % 4096 == 0:
+            trend.judge()
+    trend.judge()
+    section = json.dumps(trend.section())
+    assert len(section) < 20_000  # a few KB of results.json's 2 MB, whatever the run's length
+    assert trend.state == "flat" and trend.points[-1][0] > 990_000
+
+
+class _FakeTree:
+    def __init__(self, rate: float) -> None:
+        self.used, self.rate = 0.0, rate  # bytes grown so far, and a step's growth
+
+    def read(self) -> tuple[int, int]:
+        self.used += self.rate
+        return int(800 * MIB + self.used), int(500 * MIB + self.used)
+
+    def close(self) -> None:
+        pass
+
+
+def _fake_trainer(device: str, logged: list) -> SimpleNamespace:
+    logger = SimpleNamespace(log_metrics=lambda metrics, step: logged.append(metrics))
+    return SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device(device)),
+        global_rank=0,
+        world_size=1,
+        log_every_n_steps=10,
+        is_global_zero=True,
+        sanity_checking=False,
+        global_step=0,
+        loggers=[logger],
+    )
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch.cuda's memory counters for a 16 GiB device whose allocated memory grows 2 MiB a step."""
+    state = {"allocated": 2**30}
+
+    def allocated(device=None):
+        state["allocated"] += 2 * MIB
+        return state["allocated"]
+
+    monkeypatch.setattr(torch.cuda, "memory_allocated", allocated)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["allocated"] + 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: state["allocated"] + 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: {"num_alloc_retries": 3, "num_ooms": 0})
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=16 * 2**30)
+    )
+    return state
+
+
+def test_device_memory_creep_pressure_and_nvml_with_fakes(fake_cuda):
+    logged: list = []
+    trainer, watch = _fake_trainer("cuda:0", logged), MemoryWatch()
+    watch.setup(trainer, None, "fit")
+    watch.tree = _FakeTree(rate=0)  # host memory flat: the device creeps
+    watch._nvml = NvmlGpu(0, FakeNvml(mem_used=5 * 2**30))
+    for batch_idx in range(200):
+        watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    results: dict = {"resources": {"gpu_mem_peak_bytes": 5 * 2**30}}
+    watch.record(results)
+    memory = results["memory"]
+    assert watch.failed is None
+    assert memory["creep"]["device_bytes_per_step"] == pytest.approx(2 * MIB, rel=0.05)
+    assert memory["creep"]["host_bytes_per_step"] is None and memory["creep"]["runs_out_of"] == "device"
+    # 16 GiB - (1.4 + 3) GiB reserved left, at 2 MiB a step: ~5,900 steps from step 200
+    assert 5_000 < memory["creep"]["out_of_memory_at_step"] < 7_000
+    device = memory["pressure"]["device"]
+    assert device["reserved_overhang_bytes"] == 3 * 2**30 and device["alloc_retries"] == 3
+    kinds = {f["kind"] for f in memory["findings"]}
+    assert {"creep", "overhang", "pressure"} <= kinds  # retries are pressure
+    assert {"perf/rss_bytes", "perf/device_allocated_bytes", "perf/device_used_bytes"} <= set(logged[0])
+    assert logged[0]["perf/device_used_bytes"] == 5 * 2**30 and len(logged) == 20
+    summary_rows = format_run_summary(results)
+    assert "Device creep            confirmed: +2.0 MiB a step" in summary_rows
+    assert "expandable_segments" in summary_rows
+
+
+def test_the_warning_repeats_only_when_the_forecast_shortens_by_half(monkeypatch, caplog):
+    logged: list = []
+    trainer, watch = _fake_trainer("cpu", logged), MemoryWatch()
+    watch.setup(trainer, None, "fit")
+    watch.tree = tree = _FakeTree(rate=MIB)
+    monkeypatch.setattr(
+        "segperf.callbacks.memory_watch.host_room",
+        lambda: {"available_bytes": 4 * 2**30 - tree.used, "capacity_bytes": 8 * 2**30, "limited_by": "x"},
+    )
+    with caplog.at_level(logging.WARNING, logger="segperf"):
+        for batch_idx in range(300):
+            watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+        assert len(watch.warnings) == 1  # steady: said once
+        tree.rate = 8 * MIB  # the leak speeds up: the forecast shortens by far more than half
+        for batch_idx in range(300, 500):
+            watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    assert len(watch.warnings) >= 2  # again, and each time the forecast came nearer by half
+    for before, after in zip(watch.warnings, watch.warnings[1:], strict=False):
+        assert after["out_of_memory_at_step"] - after["step"] <= (before["out_of_memory_at_step"] - before["step"]) / 2
+    assert sum("memory creep" in r.getMessage() for r in caplog.records) == len(watch.warnings)
+
+
+def test_a_failing_reading_never_breaks_the_run_and_is_recorded(caplog):
+    trainer, watch = _fake_trainer("cpu", []), MemoryWatch()
+    watch.setup(trainer, None, "fit")
+    watch.tree = SimpleNamespace(read=lambda: 1 / 0, close=lambda: None)
+    with caplog.at_level(logging.WARNING, logger="segperf"):
+        for batch_idx in range(5):
+            watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    assert sum("MemoryWatch stopped" in r.getMessage() for r in caplog.records) == 1
+    results: dict = {}
+    watch.record(results)
+    assert "ZeroDivisionError" in results["memory"]["not_measured"]
+
+
+def test_one_leaking_rank_is_named_and_a_heavy_rank_is_an_imbalance():
+    rows = [
+        {"rank": 0, "memory": {"host_peak_bytes": 900 * MIB, "creep": "none"}},
+        {"rank": 1, "memory": {"host_peak_bytes": 2000 * MIB, "creep": "confirmed", "host_bytes_per_step": MIB}},
+    ]
+    found = rank_memory(rows)
+    assert found["creeping_ranks"] == [1] and found["host_imbalance"]["rank"] == 1
+    assert "rank 1 creeps (host +1.0 MiB a step); the other ranks do not" in found["text"]
+    assert "rank 1 peaks at 2.0 GiB host memory" in found["text"]
+
+
+def integrated() -> bool:
+    """PerfMonitor holds a MemoryWatch among its parts (the lead's integration of issue 51)."""
+    return isinstance(getattr(PerfMonitor(), "memory", None), MemoryWatch)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not integrated(), reason="needs MemoryWatch inside PerfMonitor: its record before the rank gather")
+def test_a_leak_on_one_ddp_rank_names_that_rank(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--devices", "2", "--leak-bytes", str(MIB), "--leak-rank", "1"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert "memory creep on rank 1" in text and "memory creep on rank 0" not in text
+    (path,) = tmp_path.rglob("results.json")  # rank 0's
+    results = json.loads(path.read_text())
+    rows = {row["rank"]: row["memory"] for row in results["distributed"]["ranks"]}
+    assert rows[1]["creep"] == "confirmed" and rows[0]["creep"] != "confirmed"
+    assert "rank 1 creeps" in path.with_name("summary.txt").read_text()
+
+
+def _own_run(kind: str, tiny_carvana: Path, tiny_mnist: Path) -> list[str]:
+    if kind == "carvana":  # the decoded cache filled up front, read through shared memory by the workers
+        size = ["train_images=480", "val_every_images=160"]
+        return [*TINY, *NARROW_UNET, f"data.root={tiny_carvana}", *size, "cache=memory", "workers=auto"]
+    return [*MNIST_TINY, f"data.root={tiny_mnist}", "train_images=3200", "val_every_images=1600", "workers=auto"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["carvana", "mnist"])
+def test_segperfs_own_runs_that_fill_caches_and_start_workers_report_no_creep(kind, tiny_carvana, tiny_mnist, tmp_path):
+    watch = "+callbacks.memory_watch._target_=segperf.callbacks.memory_watch.MemoryWatch"
+    args = [*_own_run(kind, tiny_carvana, tiny_mnist), watch, "trainer.log_every_n_steps=10"]
+    done = run_cli([*args, f"hydra.run.dir={tmp_path}"], cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    memory = json.loads((tmp_path / "results.json").read_text())["memory"]
+    assert memory["trend"]["host"]["state"] == "flat", memory["trend"]["host"]  # judged, and found flat
+    assert memory["creep"]["host_bytes_per_step"] is None and "memory creep" not in done.stdout + done.stderr
+    assert "Host creep              none" in (tmp_path / "summary.txt").read_text()
