@@ -16,8 +16,9 @@ from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torchmetrics.segmentation import DiceScore
 
+from segperf.callbacks import ValidationMetrics
 from segperf.model import SegmentationModule, UNet
-from segperf.model.history import configure_adam
+from segperf.model.optim import configure_adam
 from segperf.training.run import train
 from tests.conftest import QUIET, compose_config
 
@@ -116,12 +117,13 @@ def test_the_checkpoint_keeps_the_history_and_the_schedule_so_a_resumed_run_goes
     run_dir, results, _, _ = learned
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     history = results["quality"]["val_history"]
-    assert checkpoint["val_history"] == history  # saved at the last validation, that one included
+    kept = checkpoint["callbacks"]["ValidationMetrics"]["history"]
+    assert kept == history  # saved at the last validation, that one included
     (schedule,) = checkpoint["lr_schedulers"]
     assert (schedule["total_steps"], schedule["last_epoch"]) == (48, 48)
-    resumed = SegmentationModule(UNet())
-    resumed.on_load_checkpoint(checkpoint)
-    assert resumed.val_history == history  # its first validation is still the run's first
+    resumed = ValidationMetrics()
+    resumed.load_state_dict(checkpoint["callbacks"]["ValidationMetrics"])
+    assert resumed.history == history  # a resumed run's first validation is still the run's first
 
 
 def _decode_png(data: bytes):

@@ -1,8 +1,7 @@
 """The quality of any LightningModule: every metric it logs in validation, first to last.
 
-segperf's own modules keep their validation history themselves (segperf.model.history). A user's
-module only calls `self.log("val_acc", ...)`, so this callback reads what validation logged at
-each validation's end (`trainer.callback_metrics`, reduced over the epoch) and keeps one entry per
+A module only calls `self.log("val_acc", ...)` (segperf's own too), so this callback reads what
+validation logged at each validation's end (`trainer.callback_metrics`, reduced over the epoch) and keeps one entry per
 validation. `quality_section` turns that into results.json's `quality`: each metric's last value,
 its first (`first_<name>`), the history, and `metric` / `mode`: the one metric the report's quality
 column and the tuner's quality guard read, and whether higher (max) or lower (min) is better.
@@ -64,11 +63,19 @@ def quality_section(history: list[dict[str, float]], chosen: Quality | dict[str,
     return section | (quality.record() if quality is not None else {})
 
 
-def fit_quality(trainer: L.Trainer, history: list[dict[str, float]]) -> dict[str, Any]:
-    """results.json's `quality`: every validation's logged metrics (`history`), judged by the one
-    the module declares (segperf.quality), else by the default rule; after a fit whose validations
-    were not seen (none ran), what the trainer holds from validation."""
-    if not history:
-        last = logged_validation_metrics(trainer)
-        history = [{"step": int(trainer.global_step), **last}] if last else []
-    return quality_section(history, declared(trainer.lightning_module))
+def validation_history(trainer: L.Trainer, own: ValidationMetrics | None) -> list[dict[str, float]]:
+    """The run's validation history, from one place: a ValidationMetrics among the trainer's own
+    callbacks (it is in checkpoints, so a resumed run still knows its first validation; segperf's
+    runs have one), else `own` (PerfMonitor's part), else what the trainer holds from its last
+    validation (a fit whose validations were not seen)."""
+    keeper = next((c for c in trainer.callbacks if isinstance(c, ValidationMetrics)), own)
+    if keeper is not None and keeper.history:
+        return keeper.history
+    last = logged_validation_metrics(trainer)
+    return [{"step": int(trainer.global_step), **last}] if last else []
+
+
+def fit_quality(trainer: L.Trainer, own: ValidationMetrics | None) -> dict[str, Any]:
+    """results.json's `quality`: every validation's logged metrics (validation_history), judged by
+    the one the module declares (segperf.quality), else by the default rule."""
+    return quality_section(validation_history(trainer, own), declared(trainer.lightning_module))

@@ -20,9 +20,9 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.hook_state import PlainHookState
 from segperf.model.module import MemoryFormat, SegmentationModule
+from segperf.model.optim import configure_adam
 from segperf.model.step_logging import TrainLossLogging
 from segperf.quality import Quality
 
@@ -96,9 +96,9 @@ class DigitCNN(nn.Module):
         return "\n".join(lines)
 
 
-class ClassificationModule(PlainHookState, ValidationHistory, TrainLossLogging, L.LightningModule):
+class ClassificationModule(PlainHookState, TrainLossLogging, L.LightningModule):
     """Cross-entropy and Adam (lr 1e-3; `scheduler` a learning-rate schedule stepped every step,
-    see segperf.model.history.configure_adam); validation accuracy with torchmetrics, and with
+    see segperf.model.optim.configure_adam); validation accuracy with torchmetrics, and with
     `top5` top-5 accuracy too where there are more than TOP_K classes (with fewer it is 1 for any
     net). model=resnet18 turns it on; the CNN leaves it off, so MNIST's record is as it was.
 
@@ -174,7 +174,6 @@ class ClassificationModule(PlainHookState, ValidationHistory, TrainLossLogging, 
             metrics["val/top5_accuracy"] = self.val_top5.compute()
         for name, value in metrics.items():
             self.log(name, value)
-        self.remember_validation(metrics)  # quality.first_val_accuracy, quality.val_history
         for metric in (self.val_accuracy, self.val_top5, self.val_loss):
             if metric is not None:
                 metric.reset()

@@ -15,8 +15,8 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.segmentation import DiceScore
 
-from segperf.model.history import ValidationHistory, configure_adam
 from segperf.model.hook_state import PlainHookState
+from segperf.model.optim import configure_adam
 from segperf.model.step_logging import TrainLossLogging
 from segperf.model.unet import UNet
 from segperf.quality import Quality
@@ -24,10 +24,10 @@ from segperf.quality import Quality
 MemoryFormat = Literal["nchw", "channels_last"]
 
 
-class SegmentationModule(PlainHookState, ValidationHistory, TrainLossLogging, L.LightningModule):
+class SegmentationModule(PlainHookState, TrainLossLogging, L.LightningModule):
     """Trains a segmentation net with cross-entropy and Adam (lr 1e-4 and no schedule, as in the
     seed; `scheduler` is a learning-rate schedule stepped every training step, see
-    segperf.model.history.configure_adam).
+    segperf.model.optim.configure_adam).
 
     Batches arrive as `(image uint8 [B, H, W, 3], mask uint8 [B, H, W])`: uint8 moves 4x fewer
     bytes host-to-device than float32, and HWC is what the JPEG decoder produces. The float
@@ -133,7 +133,6 @@ class SegmentationModule(PlainHookState, ValidationHistory, TrainLossLogging, L.
         }
         for name, value in metrics.items():
             self.log(name, value)
-        self.remember_validation(metrics)
         for metric in (self.val_pixel_accuracy, self.val_dice, self.val_loss):
             metric.reset()
 

@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segperf.callbacks import InterruptCheckpoint, PerfMonitor, Terminated, TerminateOutsideTraining
-from segperf.callbacks.validation_metrics import ValidationMetrics, quality_section
+from segperf.callbacks.validation_metrics import quality_section, validation_history
 from segperf.config import TRAINING_AXIS_KEYS, plain_config
 from segperf.data.filechecks import write_bad_files
 from segperf.data.skips import warnings_line
@@ -184,14 +184,12 @@ class RunRecord:
         self._quality(module)
 
     def _quality(self, module: L.LightningModule | None) -> None:
-        """results.json's `quality`: each validation's metrics (segperf's own modules keep their
-        history, segperf.model.history; a user's is the ValidationMetrics callback's) and the one
-        the report and the tuner judge the run by, as declared (segperf.quality.declared: the model
-        config's `quality`, else the module's own), else the default rule, said in a notice."""
-        history = getattr(module, "val_history", None)
-        if history is None:
-            recorder = next((c for c in self.callbacks if isinstance(c, ValidationMetrics)), None)
-            history = recorder.history if recorder else []
+        """results.json's `quality`: each validation's metrics (validation_history: the same as
+        PerfMonitor's) and the one the report and the tuner judge the run by, as declared
+        (segperf.quality.declared: the model config's `quality`, else the module's own), else the
+        default rule, said in a notice."""
+        own = self.monitor.validations if self.monitor is not None else None
+        history = validation_history(self.trainer, own) if self.trainer is not None else []
         choice = self.workload.quality_choice if self.workload is not None else None
         chosen = declared(module, choice)
         section = self.results["quality"] = quality_section(history, chosen)
