@@ -14,8 +14,10 @@ from segperf.config import TOOL_CACHES
 @pytest.mark.slow
 def test_compiler_and_plotting_caches_go_to_the_segperf_cache_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in TOOL_CACHES} | {"SEGPERF_CACHE": str(tmp_path)}
-    script = (
-        "import os, segperf\n"
+    script = (  # what each command's entry does first (segperf/train.py); importing segperf routes nothing
+        "import os\n"
+        "from segperf.command_line import set_up_command\n"
+        "set_up_command()\n"
         "from torch._inductor.runtime.runtime_utils import cache_dir\n"
         "import matplotlib\n"
         "print(cache_dir()); print(matplotlib.get_cachedir()); print(os.environ['TRITON_CACHE_DIR'])"

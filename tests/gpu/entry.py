@@ -51,6 +51,9 @@ def install_fake_nvml() -> None:
 
 
 if __name__ == "__main__":
+    from segperf.command_line import set_up_command
+
+    set_up_command()  # as `python -m segperf.train` does, before the fake NVML imports torch
     if os.environ.get("SEGPERF_FAKE_NVML") == "1":
         install_fake_nvml()
     from segperf.train import cli

@@ -21,6 +21,7 @@ from segperf.command_line import (
     output_folder_problem,
     plain_segperf_warnings,
     quote_path_values,
+    set_up_command,
     workload_axis_problem,
     workload_choice_problem,
 )
@@ -79,6 +80,7 @@ def fail(message: str) -> None:
 def cli() -> None:
     """Paths as segperf prints them (`=` and `,` included) quoted for Hydra, `resume=` expanded
     into the run's overrides, and the output folder tried, all before Hydra composes."""
+    set_up_command()  # done already by `python -m segperf.train`; here for a script that calls cli()
     sys.argv[1:] = options_first(sys.argv[1:])  # `model=m data=d -m workers=off,auto` as well
     try:
         sys.argv[1:] = quote_path_values(resume_argv(sys.argv[1:]))
