@@ -304,3 +304,19 @@ def test_segperfs_own_runs_that_fill_caches_and_start_workers_report_no_creep(ki
     assert memory["trend"]["host"]["state"] == "flat", memory["trend"]["host"]  # judged, and found flat
     assert memory["creep"]["host_bytes_per_step"] is None and "memory creep" not in done.stdout + done.stderr
     assert "Host creep              none" in (tmp_path / "summary.txt").read_text()
+
+
+def test_compare_says_when_a_faster_candidate_needs_twice_the_memory(tmp_path, capsys):
+    from segperf.compare.cli import main
+    from tests.test_compare import compare_json, edit_runs, side
+
+    ref, cand = side(tmp_path, "ref", workers=0), side(tmp_path, "cand", workers=2)  # CAND ~2x faster
+    edit_runs(ref, lambda results: results.setdefault("resources", {}).update(rss_peak_bytes=600 * MIB))
+    edit_runs(cand, lambda results: results.setdefault("resources", {}).update(rss_peak_bytes=1500 * MIB))
+    assert main([str(ref), str(cand)]) == 0
+    assert (
+        "memory: CAND is faster but needs 2.5x REF's peak host memory (1.5 GiB vs 600.0 MiB)" in capsys.readouterr().out
+    )
+    memory = compare_json(cand)["memory"]
+    assert memory["ratio"]["host"] == pytest.approx(2.5)
+    assert memory["ref_peak_bytes"]["host"] == 600 * MIB

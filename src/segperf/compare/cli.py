@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from segperf.compare.memory import memory_comparison
 from segperf.compare.sides import Incomparable, Side, check_comparable, load_side, unrecorded_workload
 from segperf.report.decide import CONFIRM, decision_values
 from segperf.report.stats import MIN_RUNS, Comparison, compare_throughput
@@ -69,6 +70,7 @@ def compare(ref: Side, cand: Side, max_slowdown: float) -> dict[str, Any]:
     record = {"throughput": ref.throughput, "ref": side_record(ref, ref_values), "cand": side_record(cand, cand_values)}
     record |= {"ratio": test.ratio, "low": test.low, "high": test.high, "level": test.level}
     record["max_slowdown"] = max_slowdown
+    record["memory"] = memory_comparison(ref.runs, cand.runs, test.ratio)  # peaks per side: speed is not all
     if test.distinguishable is None:
         raise Incomparable(
             f"too few completed runs to judge run-to-run noise (REF {test.n_b}, CAND {test.n_a}; the report's "
@@ -91,6 +93,8 @@ def print_record(record: dict[str, Any]) -> None:
         f"({record['level']:.0%} interval {record['low']:.3f}x – {record['high']:.3f}x)"
     )
     print(record["decision"])
+    if (record.get("memory") or {}).get("text"):
+        print(f"memory: {record['memory']['text']}")
 
 
 def write_record(record: dict[str, Any], folder: Path) -> Path | None:
