@@ -275,7 +275,10 @@ class MemoryWatch(L.Callback):
     def _pressure(self, results: dict[str, Any]) -> dict[str, Any]:
         resources = results.get("resources") or {}
         room = host_room()
-        peak = max(self.peak_resident, resources.get("rss_peak_bytes") or 0) or None
+        # the sampler's peak (read every 50 ms, also outside training steps) where its tree is this
+        # rank's alone; under DDP on one machine rank 0's tree holds the other ranks too
+        sampled = resources.get("rss_peak_bytes") if self.world_size == 1 else None
+        peak = max(self.peak_resident, sampled or 0) or None
         capacity = int(room["capacity_bytes"])
         pressure: dict[str, Any] = {
             "host": {
