@@ -32,6 +32,7 @@ from segperf.callbacks.collective_wait import CollectiveWait, record_waits
 from segperf.callbacks.console import show_on_console
 from segperf.callbacks.loader_settings import loader_settings
 from segperf.callbacks.long_run import RunFolder
+from segperf.callbacks.memory_watch import MemoryWatch
 from segperf.callbacks.mfu_monitor import MfuMonitor
 from segperf.callbacks.parts import Parts
 from segperf.callbacks.perf_scalars import PerfScalars
@@ -47,15 +48,9 @@ from segperf.perf.train_rate import train_section
 
 # Lightning's hooks PerfMonitor only passes on to its parts
 PASSED_ON = (
-    "on_before_backward",
-    "on_after_backward",
-    "on_train_batch_end",
-    "on_train_end",
-    "on_validation_start",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_validation_end",
-)
+    "on_before_backward on_after_backward on_train_batch_end on_train_end "
+    "on_validation_start on_validation_batch_start on_validation_batch_end on_validation_end"
+).split()
 # how long rank 0 waits for the other ranks' rows at the end of fit before it writes its own alone
 GATHER_TIMEOUT_S = 120.0
 
@@ -121,9 +116,11 @@ class PerfMonitor(L.Callback):
         self.mfu = MfuMonitor(batch_size_fn, peak_probe) if measure else None
         self.allreduce = AllReduceWait() if measure else None
         self.collectives = CollectiveWait() if measure else None  # waits where the ranks meet in a step
+        self.memory = MemoryWatch(warmup_steps=max(10, warmup_steps)) if measure else None  # creep, while it runs
         self.validations = ValidationMetrics()  # every metric validation logged, one entry per validation
         self.scalars = PerfScalars(self.clock)
-        parts = (self.clock, self.resources, self.mfu, self.allreduce, self.collectives, self.validations, self.scalars)
+        parts = (self.clock, self.resources, self.mfu, self.allreduce, self.collectives, self.memory)
+        parts += (self.validations, self.scalars)
         self.parts = Parts([p for p in parts if p is not None])
         self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.run_start: float | None = None
@@ -229,14 +226,13 @@ class PerfMonitor(L.Callback):
         end = max((t for t in ends if t is not None), default=time.perf_counter())
         run = (self.run_start or end, end)
         clock, trainer, parts, safely = self.clock, self.trainer, self.parts, self.parts.safely
-        results.setdefault("notices", [])
         if "machine_load" not in results and self._load_start is not None:
             results["machine_load"] = safely("machine load", load_at_end, *self._load_start)
         results["machine"] = safely("the machine", machine_info) or {}  # the report refuses to mix machines
-        if trainer is not None:
-            results.setdefault("device", str(trainer.strategy.root_device))
-            results.setdefault("precision", str(trainer.precision))
-        results.setdefault("torch_threads", torch.get_num_threads())
+        results.setdefault("notices", [])
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        threads = torch.get_num_threads()  # as the run ended (ShareCores may have changed them)
+        fit_record.add_settings(results, trainer and device, trainer and trainer.precision, threads)
         if not self.measure:
             results["train"] = train_section(clock, sum(e - s for s, e in clock.validation), run)
             results["measurement"] = "off"
@@ -244,7 +240,6 @@ class PerfMonitor(L.Callback):
         actions = clock.intervals()
         device_split = safely("the device split", clock.device_split, clock.warmup_steps)
         table = fit_record.fill_timing(results, clock, self.spans, self.long_run, actions, run, device_split)
-        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
         results.setdefault("resources", {})
         if parts.get(self.resources) is not None:
             safely("resources", self.resources.record, results, table.windows, device)
@@ -257,9 +252,10 @@ class PerfMonitor(L.Callback):
             results["allreduce_timing"] = self.allreduce.state
         if parts.get(self.collectives) is not None:  # before the verdict: it reads a wait as waiting
             safely("the waits where the ranks meet", record_waits, results, self.collectives, self.step_parts)
-        threads = torch.get_num_threads()  # as the run ended (ShareCores may have changed them)
         results["verdict"] = safely("the verdict", fit_record.run_verdict, results, device.type, self.loader, threads)
         results["verdict"] = results["verdict"] or {"kind": "unknown", "text": "not measured"}
+        if parts.get(self.memory) is not None:  # after the verdict, which it adds to; before the rows are gathered
+            safely("memory", self.memory.record, results)
         sampler = self.resources.sampler if self.resources is not None else None
         results["measurement_cost"] = fit_record.measurement_cost(parts.hooks_s, clock.tap, sampler, table.wall_s)
         if trainer is not None and trainer.is_global_zero and parts.get(self.scalars) is not None:

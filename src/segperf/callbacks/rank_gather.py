@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from segperf.perf.memory_trend import rank_memory
 from segperf.perf.ranks import combine, rank_row
 
 
@@ -68,6 +69,8 @@ def add_ranks(results: dict[str, Any], rows: list[dict[str, Any]], trainer) -> N
     train["rank0_images_per_s"] = train.get("images_per_s")
     train["images"] = combined["images"]
     train["images_per_s"] = combined["images_per_s"]
+    if any(r.get("memory") for r in rows):  # each rank's peaks, the imbalance, the rank that creeps
+        results.setdefault("memory", {})["ranks"] = rank_memory(rows)
     log_ranks(trainer, results)
 
 

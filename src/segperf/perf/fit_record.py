@@ -31,6 +31,14 @@ log = logging.getLogger("segperf")
 Span = tuple[float, float]
 
 
+def add_settings(results: dict[str, Any], device: Any, precision: Any, torch_threads: int) -> None:
+    """The device, precision and torch threads the run ended with, where its record has none yet."""
+    if device is not None:
+        results.setdefault("device", str(device))
+        results.setdefault("precision", str(precision))
+    results.setdefault("torch_threads", torch_threads)
+
+
 def phase_intervals(clock: Any, spans: dict[str, list[Span]], actions: dict[str, list], run: Span) -> dict:
     """Every phase's (start, end) records: the profiled actions, the spans, the clock's edges."""
     intervals: dict[str, list[Span]] = defaultdict(list)
