@@ -148,5 +148,7 @@ def test_resume_reads_a_quoted_or_unquoted_folder_alike(tmp_path):
 
 
 def test_every_entry_point_quotes_paths_before_hydra():
+    # segperf.command_line.prepared, every command's one preamble, quotes them (quote_path_values)
     for module in ("segperf/training/cli.py", "segperf/inference/cli.py", "segperf/bench/cli.py"):
-        assert "quote_path_values(" in (REPO / "src" / module).read_text(), module
+        source = (REPO / "src" / module).read_text()
+        assert "prepared(" in source or "quote_path_values(" in source, module

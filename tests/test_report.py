@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from segperf.report import build_report, main
-from segperf.report.stats import Spread, Stat, compare_throughput, speedup, spread, summarize
+from segperf.perf.decision import compare_throughput
+from segperf.report.stats import Spread, Stat, speedup, spread, summarize
 from segperf.report.sweep import load_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -253,9 +254,9 @@ def test_cli_prints_the_report_path_last(tmp_path):
 
 def test_cli_on_a_folder_without_runs_fails_with_one_clear_line(tmp_path, capsys):
     done = subprocess.run([sys.executable, "-m", "segperf.report", str(tmp_path)], capture_output=True, text=True)
-    assert done.returncode == 1 and not done.stdout
+    assert done.returncode == 2 and not done.stdout
     assert done.stderr.startswith("segperf.report: error: no runs in") and len(done.stderr.splitlines()) == 1
-    assert main([str(tmp_path / "missing")]) == 1
+    assert main([str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
 
 

@@ -20,7 +20,9 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 # keys whose value is a path, in any entry point (train, infer, bench); `+key=` and `++key=` too
 PATH_KEYS = (
@@ -37,8 +39,60 @@ PATH_KEYS = (
 )
 _ARG = re.compile(r"^(?P<prefix>\+{0,2})(?P<key>[\w.]+)=(?P<value>.*)$", re.DOTALL)
 # Hydra's flags after which no run folder is written (they show something and stop)
-_SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+# Every command's exit status (docs/troubleshooting.md, "Exit statuses"): 0 done; 2 a problem the
+# user can fix (a bad setting, path or input: one line each, no traceback); 1 a result that says
+# no (segperf.compare's slower candidate) or an error of segperf's own (with its traceback); 130
+# and 143 interrupted by Ctrl-C and SIGTERM.
+USAGE_ERROR = 2
 PROBE_BYTES = 64 * 1024  # more than Hydra's .hydra/ files take
+
+
+def override_key(override: str) -> str:
+    """The config key an override sets: `+opt=all` -> `opt`, `~data.cache_dir` -> `data.cache_dir`,
+    `data.num_workers=2` -> `data.num_workers` (Hydra's `+`, `++` and `~` are how, not what)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def problems(prog: str, message: str | list[str]) -> int:
+    """Each problem on its own line of stderr, `<prog>: error: <line>`; returns USAGE_ERROR."""
+    for line in message.splitlines() if isinstance(message, str) else message:
+        print(f"{prog}: error: {line}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def fail(prog: str, message: str | list[str]) -> NoReturn:
+    """A problem the user can fix: its lines, no traceback, exit status USAGE_ERROR."""
+    raise SystemExit(problems(prog, message))
+
+
+def prepared(
+    argv: list[str],
+    prog: str,
+    config: Path,
+    *,
+    expand: Callable[[list[str]], list[str]] | None = None,
+    workload: bool = True,
+) -> list[str]:
+    """Every command's command line before Hydra sees it, or `fail` with the one line that says what
+    to fix: Hydra's flags first (options_first), `expand` (segperf.train's `resume=`), path values
+    quoted for Hydra, the output folder tried, and, for a command that trains a workload, whose
+    model and data it means and whether the axes given are that workload's. `config` is the
+    command's primary config file (conf/<name>.yaml)."""
+    from segperf.errors import SegperfError
+
+    try:
+        argv = quote_path_values(expand(options_first(argv)) if expand else options_first(argv))
+    except SegperfError as error:
+        fail(prog, str(error))
+    checks = [output_folder_problem(argv, config)]
+    if workload:
+        checks += [workload_choice_problem(argv, config.parent)]
+        checks += [workload_axis_problem(argv, config.parent, config.stem) if not any(checks) else None]
+    if problem := next((p for p in checks if p), None):
+        fail(prog, problem)
+    plain_segperf_warnings()
+    return argv
 
 
 def _parser():
@@ -169,10 +223,10 @@ def output_folder_problem(argv: list[str], config_file: Path) -> str | None:
     """One line when the run (or sweep) folder Hydra is about to create cannot be written — a
     read-only file system, no permission, a full disk — else None. Tried in the nearest folder
     that exists, with a temp file that is removed again; nothing is created."""
-    if any(a in _SHOW_FLAGS or a.startswith(("--cfg=", "--info=")) for a in argv):
+    if any(a in SHOW_FLAGS or a.startswith(("--cfg=", "--info=")) for a in argv):
         return None
     key = "hydra.sweep.dir" if any(a in ("-m", "--multirun") for a in argv) else "hydra.run.dir"
-    given = [path_value(a) for a in argv if a.split("=", 1)[0].lstrip("+") == key and "=" in a]
+    given = [path_value(a) for a in argv if override_key(a) == key and "=" in a]
     if given:
         pattern = given[-1]
     else:
@@ -227,7 +281,7 @@ def workload_axis_problem(argv: list[str], config_dir: Path, config_name: str) -
         for a in argv
         if _ARG.match(a) and _ARG.match(a)["prefix"] == "" and _ARG.match(a)["key"] in WORKLOAD_ONLY_AXES
     ]
-    if not asked or any(a in _SHOW_FLAGS for a in argv):
+    if not asked or any(a in SHOW_FLAGS for a in argv):
         return None
     choosing = [a for a in argv if _ARG.match(a) and _ARG.match(a)["key"] in ("model", "data") and "," not in a]
     user_dir = _config_dir(argv)
@@ -266,7 +320,7 @@ def workload_choice_problem(argv: list[str], config_dir: Path) -> str | None:
     - a model of the user's folder with no data= at all: the default data, Carvana, is the U-Net's,
       and is never taken for another model's (data=none: the module's own loaders)."""
     user_dir = _config_dir(argv)
-    if not user_dir or any(a in _SHOW_FLAGS for a in argv):
+    if not user_dir or any(a in SHOW_FLAGS for a in argv):
         return None
     user_dir_path = Path(user_dir).expanduser()
     for group in ("model", "data"):

@@ -24,6 +24,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.types import Override
 from hydra.plugins.sweeper import Sweeper
 
+from segperf.command_line import override_key
+
 
 @dataclass
 class SegperfSweeperConf:
@@ -35,11 +37,6 @@ class SegperfSweeperConf:
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="segperf", node=SegperfSweeperConf, provider="segperf")
-
-
-def override_key(override: str) -> str:
-    """`+repeat=1` -> `repeat`: the config key an override string sets."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def slowest_first(jobs: Sequence[Sequence[str]], slowest: Sequence[str]) -> list[list[str]]:

@@ -24,12 +24,13 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from segperf.bench.schema import BenchSettingsError, keys, register_schema, settings
-from segperf.command_line import quote_path_values
+from segperf.command_line import override_key, problems, quote_path_values
 from segperf.config import CONFIG_DIR
 from segperf.data.filechecks import write_bad_files
 from segperf.errors import SegperfError
 
 PROG = "python -m segperf.bench data"
+ERROR_PREFIX = "segperf.bench"  # the prefix of its error lines
 CONFIG_NAME = "bench"
 # The flags of the argparse command line the overrides replaced, and the override for each.
 OLD_FLAGS = {
@@ -73,7 +74,7 @@ def bench(cfg: DictConfig) -> None:
         run(settings(cfg), run_dir.relative_to(Path.cwd()) if run_dir.is_relative_to(Path.cwd()) else run_dir)
     except SegperfError as error:  # a bad value (a sweep's job), a missing or empty data.root, bad files
         write_bad_files(run_dir, {}, error)  # the whole list, where the error's cut list says it is
-        raise SystemExit(fail(str(error).splitlines())) from None
+        raise SystemExit(problems(ERROR_PREFIX, str(error))) from None
 
 
 def main(argv: list[str]) -> int:
@@ -82,9 +83,9 @@ def main(argv: list[str]) -> int:
     saved = sys.argv
     sys.argv = [PROG, *argv]  # what Hydra parses; its usage line names this command
     try:
-        problems = check(argv)
-        if problems:
-            return fail(problems)
+        found = check(argv)
+        if found:
+            return problems(ERROR_PREFIX, found)
         bench()
         return 0
     except SystemExit as done:  # --help, Hydra's own errors, a failed check in the job
@@ -95,12 +96,6 @@ def main(argv: list[str]) -> int:
     finally:
         sys.argv = saved
         GlobalHydra.instance().clear()  # so that main can run again in this process
-
-
-def fail(problems: list[str]) -> int:
-    for problem in problems:
-        print(f"segperf.bench: error: {problem}", file=sys.stderr)
-    return 2
 
 
 def check(argv: list[str]) -> list[str]:
@@ -154,7 +149,7 @@ def composition_problem(error: Exception, overrides: list[str]) -> str:
 def _override_of(key: str, overrides: list[str]) -> str:
     """The override that set `key` as the user typed it (or the key)."""
     for override in overrides:
-        if override.split("=", 1)[0].lstrip("+~") == key:
+        if override_key(override) == key:
             return override
     return key
 

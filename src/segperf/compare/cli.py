@@ -2,7 +2,7 @@
 
 REF and CAND are run folders or sweep folders (a sweep's runs pooled as repeats of its side, see
 segperf.compare.sides). The decision is the report's own (segperf.report.decide, whose statistics
-live in segperf.report.stats): the same runs left out (a first job that paid one-time costs, runs
+live in segperf.perf.decision): the same runs left out (a first job that paid one-time costs, runs
 another process kept busy), the same test, the same confidence level. CAND/REF's speed ratio comes
 with its interval, and CAND is a regression only when the whole interval lies below
 1 - max_slowdown: slower by more than the threshold *beyond run-to-run noise*. A plain delta of two
@@ -21,10 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from segperf.command_line import override_key
 from segperf.compare.memory import memory_comparison
 from segperf.compare.sides import Incomparable, Side, check_comparable, load_side, unrecorded_workload
+from segperf.perf.decision import MIN_RUNS, Comparison, compare_throughput
 from segperf.report.decide import CONFIRM, decision_values
-from segperf.report.stats import MIN_RUNS, Comparison, compare_throughput
 
 PROG = "python -m segperf.compare"
 SLOWER, PASS, INCOMPARABLE = 1, 0, 2  # exit statuses
@@ -116,7 +117,7 @@ def parse_where(items: list[str], option: str) -> list[tuple[str, str]]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise Incomparable(f"{option} {item!r}: expected KEY=VALUE, e.g. {option} workers=auto")
-        pairs.append((key.lstrip("+~"), value))
+        pairs.append((override_key(key), value))
     return pairs
 
 

@@ -4,9 +4,9 @@ and charts for a sweep (segperf.report.markdown builds them)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from segperf.command_line import problems
 from segperf.report.markdown import build_report
 from segperf.report.sweep import SweepError, load_sweep
 
@@ -28,8 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep = load_sweep(args.sweep_dir)
         path = build_report(sweep, args.out or args.sweep_dir, allow_mixed_machines=args.allow_mixed_machines)
     except (SweepError, OSError) as exc:
-        print(f"segperf.report: error: {exc}", file=sys.stderr)
-        return 1
+        return problems("segperf.report", str(exc))
     print(f"{len(sweep.runs)} jobs, {len(sweep.failed)} failed")
     print(path)
     return 0

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from segperf.axes import inference_axes, training_axis_keys
+from segperf.command_line import override_key
 
 # axis name -> the config key it reads: training's axes, and the inference benchmark's own (runtime)
 AXIS_KEYS = training_axis_keys() | {axis.group: axis.key for axis in inference_axes()}
@@ -30,7 +31,8 @@ def hashable(value: Any) -> Any:
 
 
 def bare_key(key: str) -> str:
-    return key.lstrip("+~")
+    """`+repeat` -> `repeat` (segperf.command_line.override_key, of a key without its value)."""
+    return override_key(key)
 
 
 def axis_of(setting: str, axes: dict) -> str | None:

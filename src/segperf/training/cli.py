@@ -16,20 +16,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from segperf.command_line import (
-    options_first,
-    output_folder_problem,
-    plain_segperf_warnings,
-    quote_path_values,
-    set_up_command,
-    workload_axis_problem,
-    workload_choice_problem,
-)
+from segperf.command_line import fail, prepared, set_up_command
 from segperf.config import CONFIG_DIR
 from segperf.errors import SegperfError, explain, is_worker_error, write_problem
 from segperf.training.resume import resume_argv
 
 CONFIG_NAME = "train"
+PROG = "segperf"  # the prefix of its error lines
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
@@ -49,10 +42,10 @@ def main(cfg: DictConfig) -> None:
         raise SystemExit(143 if isinstance(error, Terminated) else 130) from None
     except Exception as error:
         if problem := write_problem(error, run_dir):  # a full or read-only disk: stops a sweep too
-            fail(problem)
+            fail(PROG, problem)
         if not multirun:
             if isinstance(error, SegperfError) or is_worker_error(error):
-                fail(explain(error))
+                fail(PROG, explain(error))
             raise
         # One failed job (out of memory, a crashed worker) must not end the sweep: its
         # results.json already records the error, and the report lists it.
@@ -70,27 +63,10 @@ def main(cfg: DictConfig) -> None:
         raise SystemExit(143 if results.get("interrupted_by") == "SIGTERM" else 130)
 
 
-def fail(message: str) -> None:
-    """A problem the user can fix: its message, no traceback, exit status 2."""
-    for line in message.splitlines():  # one line per problem (SettingsError lists them all)
-        print(f"segperf: error: {line}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def cli() -> None:
     """Paths as segperf prints them (`=` and `,` included) quoted for Hydra, `resume=` expanded
     into the run's overrides, and the output folder tried, all before Hydra composes."""
     set_up_command()  # done already by `python -m segperf.train`; here for a script that calls cli()
-    sys.argv[1:] = options_first(sys.argv[1:])  # `model=m data=d -m workers=off,auto` as well
-    try:
-        sys.argv[1:] = quote_path_values(resume_argv(sys.argv[1:]))
-    except SegperfError as error:
-        fail(str(error))
-    if problem := output_folder_problem(sys.argv[1:], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
-        fail(problem)
-    if problem := workload_choice_problem(sys.argv[1:], CONFIG_DIR):
-        fail(problem)
-    if problem := workload_axis_problem(sys.argv[1:], CONFIG_DIR, CONFIG_NAME):
-        fail(problem)
-    plain_segperf_warnings()
+    # `model=m data=d -m workers=off,auto` as well; `resume=` expanded into the run's overrides
+    sys.argv[1:] = prepared(sys.argv[1:], PROG, CONFIG_DIR / f"{CONFIG_NAME}.yaml", expand=resume_argv)
     main()
