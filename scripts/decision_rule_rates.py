@@ -5,8 +5,8 @@ true ratio.
     python scripts/decision_rule_rates.py --seed 0 --trials 4000 --out outputs/decision-rule-rates.json
 
 Every simulated sweep is decided by segperf's own rule, as the report decides a real one: the
-run-to-run noise pooled over all the sweep's configurations (`segperf.report.stats.pooled_noise`),
-then each configuration compared with the baseline (`segperf.report.stats.compare_throughput`).
+run-to-run noise pooled over all the sweep's configurations (`segperf.perf.decision.pooled_noise`),
+then each configuration compared with the baseline (`segperf.perf.decision.compare_throughput`).
 Nothing here re-implements it, so the rates are the rates of the code users run.
 
 The pooled rule's rates depend on the sweep a pair sits in (more configurations, more degrees of
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from segperf.report.stats import LEVEL, compare_throughput, pooled_noise
+from segperf.perf.decision import LEVEL, compare_throughput, pooled_noise
 
 BASE_RATE = 2.0  # images/s of a simulated baseline (the rates are ratios: any value gives the same)
 Z95 = 1.96
@@ -303,7 +303,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     result = {
-        "rule": "segperf.report.stats.compare_throughput with segperf.report.stats.pooled_noise over the sweep",
+        "rule": "segperf.perf.decision.compare_throughput with segperf.perf.decision.pooled_noise over the sweep",
         "level": LEVEL, "seed": args.seed, "trials": args.trials, "runs": args.runs,
         "pair_configurations": args.pair_configurations, "sweep_configurations": args.sweep_configurations,
         "rows": pair_rows(args) + sweep_rows(args),

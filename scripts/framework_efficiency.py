@@ -72,9 +72,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from segperf.callbacks.batch_size import batch_size
 from segperf.command_line import set_up_command
 from segperf.config import CONFIG_DIR, plain_config
+from segperf.perf.decision import t_critical
 from segperf.perf.machine_load import cpu_clock, others_since
 from segperf.perf.results import write_json_atomic
-from segperf.report.stats import t_critical
 from segperf.training.adapt import adapt_to_machine
 from segperf.training.run import reset_global_state, train
 from segperf.training.workload import build_workload

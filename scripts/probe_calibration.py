@@ -45,13 +45,12 @@ from typing import Any
 from omegaconf import OmegaConf
 from scipy import stats
 
+from segperf.perf.decision import Noise, pooled_noise
 from segperf.perf.results import write_json_atomic, write_text_atomic
-from segperf.report.stats import Noise, pooled_noise
 from segperf.tune import later_noise
 from segperf.tune.probe import Config
-from segperf.tune.report import final_table, full_runs, tuned_against_presets
-from segperf.tune.report import rates as report_rates
 from segperf.tune.runner import LaunchMeasure, merged, probe_from_results
+from segperf.tune.side_by_side import final_table, full_rates, tuned_against_presets
 
 WITHIN = 0.15  # a probe within ±15% of the long run's images/s counts as calibrated
 
@@ -176,7 +175,7 @@ def coverage(
 
 def long_noise(longs: dict[str, list]) -> Noise | None:
     """The long runs' run-to-run noise: the variance of log images/s about each configuration's
-    mean, pooled over every configuration with two or more (segperf.report.stats.pooled_noise)."""
+    mean, pooled over every configuration with two or more (segperf.perf.decision.pooled_noise)."""
     return pooled_noise([_rated(runs) for runs in longs.values()])
 
 
@@ -217,7 +216,7 @@ def tune_noise(record: dict[str, Any]) -> Noise | None:
     for config, probes in [*speed_sides(record), *final]:
         if len(probes) > len(longest.get(config, [])):
             longest[config] = probes
-    return pooled_noise([report_rates(full_runs(probes)) for probes in longest.values()])
+    return pooled_noise([full_rates(probes) for probes in longest.values()])
 
 
 def _rated(values: Sequence[float | None]) -> list[float]:

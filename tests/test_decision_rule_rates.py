@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-import segperf.report.stats
-from segperf.report.stats import Comparison
+import segperf.perf.decision
+from segperf.perf.decision import Comparison
 from tests.conftest import REPO
 
 SCRIPT = REPO / "scripts" / "decision_rule_rates.py"
@@ -86,7 +86,7 @@ def test_the_rates_are_those_of_segperfs_own_decision_function(tmp_path, monkeyp
     def always(a, b, noise=None, level=0.95):
         return Comparison(len(a), len(b), 1.0, 0.5, 0.6, level, True)
 
-    monkeypatch.setattr(segperf.report.stats, "compare_throughput", always)
+    monkeypatch.setattr(segperf.perf.decision, "compare_throughput", always)
     out = tmp_path / "rates.json"
     run_in_process(monkeypatch, "--trials", "5", "--runs", "2", "--out", str(out))
     result = json.loads(out.read_text())

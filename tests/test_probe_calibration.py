@@ -85,7 +85,7 @@ def test_the_table_and_the_coverage_read_geometric_means_of_the_interleaved_runs
 
 
 def test_a_printed_ratio_agrees_with_the_long_runs_when_they_differ_by_less_than_both_estimates_noise():
-    from segperf.report.stats import Noise
+    from segperf.perf.decision import Noise
 
     four_percent = Noise(variance=0.04**2, df=20, configurations=10)
     # a tight printed interval that misses the long runs' ratio (two runs a side, 4% each) by 3%:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from segperf.report import build_report, main
 from segperf.perf.decision import compare_throughput
+from segperf.report import build_report, main
 from segperf.report.stats import Spread, Stat, speedup, spread, summarize
 from segperf.report.sweep import load_sweep
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from segperf.report.stats import (
+from segperf.perf.decision import (
     LEVEL,
     Noise,
     compare_throughput,
@@ -65,7 +65,7 @@ def _rates(rng, shift: float, runs: int, noise_a: float, noise_b: float) -> floa
 def test_equal_distributions_are_called_distinguishable_at_most_at_the_stated_rate():
     # many pairs of configurations that do not differ (the same 4% noise): the share called
     # distinguishable must be at most the stated 5% (+1.5 points: 2,000 pairs have ~0.5 points of
-    # sampling error). Measured: 3.3% with 3 runs each, 2.3% with 2, 4.5% with 5 (see docs/STATISTICS.md, "Simulated rates")
+    # sampling error). Measured: 3.3% with 3 runs each, 2.3% with 2, 4.5% with 5 (docs/STATISTICS.md)
     rng = np.random.default_rng(20260101)
     for runs in (2, 3):
         assert _rates(rng, 1.0, runs, 0.04, 0.04) <= (1 - LEVEL) + 0.015

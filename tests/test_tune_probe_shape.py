@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
 from segperf.callbacks.epoch_end_validation import EpochEndValidation
-from segperf.tune.decision import compare
+from segperf.perf.decision import compare_pooled
 from segperf.tune.probe import Probe
 from segperf.tune.probe_shape import failed_for_its_shape
 from segperf.tune.runner import EPOCH_ENDS, LaunchMeasure
@@ -180,7 +180,7 @@ def test_a_probe_that_fails_for_its_shape_in_the_users_shape_too_is_the_tuners_p
     probe = LaunchMeasure(master, Composes(), launcher, kind="speed", probe=SPEED_PROBE)([("prefetch=on",)], 60.0)[0]
     assert probe.tuners_own and probe.failed.startswith("the tuner's run shape, not this configuration")
     step = Step("axes", "prefetch", ("prefetch=on",), ("prefetch=on",), (), [probe], [Probe((), 100.0)])
-    decided = judge(step, compare([None], [100.0], 0.95), runs=1, max_runs=4, screen_factor=2.0)
+    decided = judge(step, compare_pooled([None], [100.0], 0.95), runs=1, max_runs=4, screen_factor=2.0)
     assert decided and step.verdict == UNMEASURED and "not this configuration" in step.note
 
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import pytest
 
-from segperf.report.stats import compare_throughput
+from segperf.perf.decision import compare_throughput
 from segperf.tune.journal import Journal, JournalError
 from segperf.tune.native import native_presets
 from segperf.tune.probe import Config, Probe

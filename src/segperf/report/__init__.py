@@ -2,7 +2,7 @@
 
 `sweep` loads a sweep's results.json files and groups repeats into configurations, `settings`
 says what each ran with once the machine's adjustments are put in (and which ran the same thing),
-`stats` summarizes repeats and tests whether two differ beyond noise, `decide` makes the one
+`stats` summarizes repeats (whether two differ beyond noise is segperf.perf.decision's), `decide` makes the one
 speed-up decision every table, chart and report.json shows, `flags` finds what to warn about
 (settings not applied, busy machines, outlying first jobs, quality that fell), `comparability`
 says which machines may be compared, `cells` writes one statistic as text, `tables` the sections

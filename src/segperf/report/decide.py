@@ -8,7 +8,7 @@ table and its summary line, the charts, report.json) reads `decide`, so they can
   away, segperf.report.settings) is "same as X" and gets no speed-up;
 - with fewer than MIN_RUNS completed runs on a side the ratio is shown but unconfirmed
   (`distinguishable` None): `+repeat=0,1,2` confirms it;
-- otherwise segperf.report.stats.compare_throughput decides, with the run-to-run noise pooled
+- otherwise segperf.perf.decision.compare_throughput decides, with the run-to-run noise pooled
   over every configuration of the sweep (`sweep_noise`): distinguishable when the LEVEL interval
   of the ratio of geometric means excludes 1. A first
   job of a sweep process flagged as an outlier (segperf.report.flags: it paid one-time costs) is
@@ -23,17 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from segperf.perf.decision import LEVEL, MIN_RUNS, Comparison, Noise, compare_throughput, pooled_noise
 from segperf.report.flags import first_job_outlier, measured_busy
-from segperf.report.stats import (
-    LEVEL,
-    MIN_RUNS,
-    Comparison,
-    Noise,
-    compare_throughput,
-    median_ratio,
-    pooled_noise,
-    speedup,
-)
+from segperf.report.stats import median_ratio, speedup
 from segperf.report.sweep import Configuration
 
 THROUGHPUT = "train.images_per_s"

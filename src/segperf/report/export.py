@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from segperf.perf.decision import LEVEL, MIN_RUNS
 from segperf.perf.results import write_json_atomic
 from segperf.quality import metric_names
 from segperf.report import flags as warn
 from segperf.report.decide import RULE, THROUGHPUT, baseline_of, decide, sweep_noise
 from segperf.report.mfu import mfu_summary
-from segperf.report.stats import LEVEL, MIN_RUNS
 from segperf.report.sweep import Configuration, Sweep
 
 INFERENCE_THROUGHPUT = "inference.end_to_end_images_per_s"

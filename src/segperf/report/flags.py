@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from segperf.perf.decision import LEVEL, MIN_RUNS, present_numbers, welch
 from segperf.perf.formatting import fmt_num
 from segperf.quality import Quality, of_results
-from segperf.report.stats import LEVEL, MIN_RUNS, present_numbers, welch
 from segperf.report.sweep import Configuration, Run, Sweep
 
 BUSY_RUN_SHARE, BUSY_RUN_FLOOR = 0.1, 0.2  # measured during the run

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from segperf.perf.decision import LEVEL
 from segperf.perf.formatting import fmt_num, fmt_pct, md_table
 from segperf.report.cells import fmt_interval, fmt_mean_speedup, fmt_median_speedup, fmt_min_max, fmt_pm, fmt_range
 from segperf.report.decide import CONFIRM, RULE, baseline_of, decide
 from segperf.report.flags import Flag, quality_fell, quality_metric, quality_mode, warning_lines, worse_word
 from segperf.report.mfu import mfu_cell, mfu_notes
-from segperf.report.stats import LEVEL
 from segperf.report.sweep import Configuration, Sweep
 
 __all__ = ["baseline_of"]  # markdown takes it from here with the sections

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,11 @@ def probe_from_dict(data: dict[str, Any]) -> Probe:
         values[key] = tuple(values.get(key) or ())
     values.setdefault("images_per_s", None)
     return Probe(**values)
+
+
+def probes_from_dicts(records: Iterable[Mapping[str, Any]]) -> list[Probe]:
+    """Probes from their records (tune.json's, the journal's), as the search held them."""
+    return [probe_from_dict(dict(record)) for record in records]
 
 
 class Journal:

@@ -1,5 +1,5 @@
 """How much one run's images/s scatters between runs made at different times on this machine: the
-term that turns the tune's intervals into ones a later run falls in (segperf.report.stats.later_interval).
+term that turns the tune's intervals into ones a later run falls in (segperf.perf.decision.later_interval).
 
 A tune sees the noise of its own minutes only; on a shared machine runs made an hour later scatter
 more (other tenants come and go, and a configuration using every core feels them more than one

@@ -1,13 +1,11 @@
-"""tune_report.md and its charts: what a tune tried, what it kept and why, and the proof.
+"""tune_report.md: what a tune tried, what it kept and why, and the proof.
 
 Made from the tune's record (what tune.json holds: the search's TuneResult as a dict, the machine,
 the command), never by re-running anything, like segperf.report for a sweep. Every ratio is the
-search's own decision (segperf.report.stats.compare_throughput: the ratio of geometric means),
+search's own decision (segperf.perf.decision.compare_throughput: the ratio of geometric means),
 printed with the interval a later run of each side falls in at the tune's level (later_interval,
-counting the machine's later-run noise the tune recorded); the final side-by-side is computed here
-the same way.
-Charts use matplotlib's object API on the Agg canvas (no display, no pyplot state), as the
-sweep report's do.
+counting the machine's later-run noise the tune recorded); the final side by side's numbers are
+segperf.tune.side_by_side's, the charts segperf.tune.report_charts'.
 """
 
 from __future__ import annotations
@@ -16,53 +14,34 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from segperf.perf.decision import busier_than_later
 from segperf.perf.formatting import fmt_num, md_table
 from segperf.perf.results import write_text_atomic
-from segperf.report.stats import (
-    Noise,
-    busier_than_later,
-    compare_throughput,
-    later_interval,
-    pooled_noise,
-    summarize,
-)
-from segperf.tune.journal import probe_from_dict
+from segperf.report.stats import summarize
+from segperf.tune.journal import probe_from_dict, probes_from_dicts
+from segperf.tune.probe import Probe, full_runs, rates
+from segperf.tune.report_charts import charts
 from segperf.tune.search.verdicts import Verdict
+from segperf.tune.side_by_side import final_noise, final_table, label, tuned_against_presets
 from segperf.tune.space import without_keys
-
-VERDICT_COLORS = {"kept": "#2ca02c", "rejected: slower": "#d62728", "not distinguishable": "0.6"}
-
-
-def label(config: Sequence[str], start: Sequence[str]) -> str:
-    """A configuration as what it changes on the start ("start" for the start itself)."""
-    changed = [o for o in config if o not in set(start)]
-    return " ".join(changed) if changed else "start"
-
-
-def rates(probes: Sequence[Mapping[str, Any]]) -> list[float | None]:
-    return [p.get("images_per_s") for p in probes]
-
-
-def full_runs(probes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The recorded probes with a full run's images/s, by the search's own rule (Probe.full_run)."""
-    return [p for p in probes if probe_from_dict(dict(p)).full_run]
 
 
 def final_cell(probes: Sequence[Mapping[str, Any]]) -> str:
     """A configuration's cell of the final side-by-side: its full runs' images/s (rate_cell), and
     how many probes gave none and why (`+2 screened out`)."""
+    recorded = probes_from_dicts(probes)
     partial: dict[str, int] = {}
-    for probe in probes:
-        if why := probe_from_dict(dict(probe)).partial:
+    for probe in recorded:
+        if why := probe.partial:
             partial[why] = partial.get(why, 0) + 1
     counts = ", ".join(f"{n} {why}" for why, n in partial.items())
-    full = full_runs(probes)
+    full = full_runs(recorded)
     if not full:
-        return counts or rate_cell(probes)
+        return counts or rate_cell(recorded)
     return rate_cell(full) + (f" (+{counts})" if counts else "")
 
 
-def rate_cell(probes: Sequence[Mapping[str, Any]]) -> str:
+def rate_cell(probes: Sequence[Probe]) -> str:
     """Median images/s with its range and the number of runs: `2.41 [2.30–2.52] ×3`."""
     stat = summarize(rates(probes))
     if stat.median is None:
@@ -77,20 +56,6 @@ def ratio_cell(ratio: float | None, low: float | None, high: float | None, disti
     interval = f" [{low:.2f}–{high:.2f}]" if low is not None and high is not None else " (one run each)"
     sign = "~" if distinguishable is False else ""
     return f"{sign}{ratio:.2f}×{interval}"
-
-
-def later_of(result: Mapping[str, Any]) -> float:
-    """The later-run noise the tune's printed intervals count (0 for a record from before it)."""
-    return float((result.get("later_noise") or {}).get("relative") or 0.0)
-
-
-def relative(noise: Noise | None) -> float:
-    return noise.relative if noise is not None else 0.0
-
-
-def final_noise(final: Mapping[str, Any]) -> Noise | None:
-    """The run-to-run noise pooled over every configuration of the final side-by-side (its full runs)."""
-    return pooled_noise([rates(full_runs(probes)) for probes in final.values()])
 
 
 def busy_warning(busy: int, runs: Any) -> str:
@@ -125,46 +90,6 @@ def cost_summary(result: Mapping[str, Any]) -> str:
     rest = max(0.0, (result.get("elapsed_s") or 0.0) - spent)
     parts.append(f"final stage and learning runs: {rest:.0f} s")
     return "Cost: " + "; ".join(parts) + "."
-
-
-def final_table(result: Mapping[str, Any], level: float) -> list[dict[str, Any]]:
-    """The final side-by-side: each configuration's images/s and its ratio to the start's."""
-    final, configs = result.get("final") or {}, result.get("final_configs") or {}
-    start, noise = rates(full_runs(final.get("start") or [])), final_noise(final)
-    rows = []
-    for name, probes in final.items():
-        mine = rates(full_runs(probes))
-        stat = summarize(mine)
-        versus = compare_throughput(mine, start, noise, level)
-        low, high = later_interval(versus, later_of(result), relative(noise))
-        rows.append(
-            {
-                "name": name,
-                "config": list(configs.get(name) or []),
-                "runs": stat.n,
-                "images_per_s": {"median": stat.median, "min": stat.min, "max": stat.max},
-                "vs_start": None if name == "start" else versus.ratio,
-                "vs_start_interval": None if name == "start" else [low, high],
-                # the interval of the tune's own minutes (the one `distinguishable` reads)
-                "vs_start_own_interval": None if name == "start" else [versus.low, versus.high],
-                "distinguishable": None if name == "start" else versus.distinguishable,
-            }
-        )
-    return rows
-
-
-def tuned_against_presets(result: Mapping[str, Any], level: float) -> dict[str, Any] | None:
-    """The tuned configuration against the fastest other one of the final side-by-side."""
-    final = result.get("final") or {}
-    tuned = full_runs(final.get("tuned") or [])
-    others = {n: full_runs(p) for n, p in final.items() if n != "tuned" and full_runs(p)}
-    if not tuned or not others:
-        return None
-    best = max(others, key=lambda n: summarize(rates(others[n])).median)
-    noise = final_noise(final)
-    versus = compare_throughput(rates(tuned), rates(others[best]), noise, level)
-    low, high = later_interval(versus, later_of(result), relative(noise))
-    return {"against": best, "ratio": versus.ratio, "low": low, "high": high, "own": [versus.low, versus.high]}
 
 
 def axes_tried(result: Mapping[str, Any]) -> str:
@@ -266,7 +191,8 @@ def render(data: Mapping[str, Any], charts: Sequence[str] = ()) -> str:
     lines += ["", "## Steps", ""]
     rows = [
         [str(i), s["stage"], s["axis"], label(s.get("option") or [], start)]
-        + [rate_cell(s.get("candidate_probes") or []), rate_cell(s.get("against_probes") or [])]
+        + [rate_cell(probes_from_dicts(s.get("candidate_probes") or []))]
+        + [rate_cell(probes_from_dicts(s.get("against_probes") or []))]
         + [ratio_cell(s.get("ratio"), s.get("low"), s.get("high")), s.get("verdict", "")]
         + [cost_cell(s), s.get("note", "")]
         for i, s in enumerate(result.get("steps") or [], start=1)
@@ -362,62 +288,6 @@ def _unseeded(config: Sequence[str]) -> tuple[str, ...]:
     """A configuration without its seed= override: the second-seed run of a configuration is the
     same configuration, learned with another seed."""
     return tuple(without_keys(config, ["seed"]))
-
-
-def _figure(labels: Sequence[str], rows: int):
-    """A figure with room on the left for `labels` (margins from the label length, as the sweep
-    report's charts: a layout engine cannot fit long override labels and warns)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    width, height = 10.0, 1.3 + 0.32 * max(rows, 1)
-    left = min(0.3 + 0.075 * max((len(t) for t in labels), default=0), width * 0.6)
-    fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=left / width, right=0.97, bottom=0.6 / height, top=1 - 0.4 / height)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot()
-
-
-def charts(data: Mapping[str, Any], out: Path) -> list[Path]:
-    """final.png (the side-by-side, with each configuration's range) and steps.png (each
-    comparison's ratio with its interval, coloured by verdict)."""
-    result = data["result"]
-    start, level, written = result.get("start") or [], result.get("level", 0.95), []
-    rows = [r for r in final_table(result, level) if r["images_per_s"]["median"] is not None]
-    if rows:
-        fig, ax = _figure([r["name"] for r in rows], len(rows))
-        stats = [r["images_per_s"] for r in rows]
-        errors = [[x["median"] - x["min"] for x in stats], [x["max"] - x["median"] for x in stats]]
-        ax.barh(range(len(rows)), [x["median"] for x in stats], xerr=errors, color="C0", capsize=3)
-        ax.set_yticks(range(len(rows)), [r["name"] for r in rows])
-        ax.invert_yaxis()
-        ax.set_xlabel("training images/s (median, min–max)")
-        ax.set_title("Final side by side")
-        written.append(out / "final.png")
-        fig.savefig(written[-1], dpi=100)
-    steps = [s for s in result.get("steps") or [] if s.get("ratio") is not None]
-    if steps:
-        ticks = [f"{s['axis']}: {label(s.get('option') or [], start)}"[:60] for s in steps]
-        fig, ax = _figure(ticks, len(steps))
-        for i, s in enumerate(steps):
-            low, high = s.get("low") or s["ratio"], s.get("high") or s["ratio"]
-            ax.errorbar(
-                s["ratio"],
-                i,
-                # an interval need not hold the ratio (a screened probe's has none): never a negative bar
-                xerr=[[max(0.0, s["ratio"] - low)], [max(0.0, high - s["ratio"])]],
-                fmt="o",
-                color=VERDICT_COLORS.get(s.get("verdict"), "#ff7f0e"),
-                capsize=3,
-            )
-        ax.axvline(1.0, color="0.3", linewidth=0.8)
-        ax.set_yticks(range(len(steps)), ticks)
-        ax.invert_yaxis()
-        ax.set_xscale("log")
-        ax.set_xlabel(f"images/s against the best at the time ({level:.0%} interval): green kept, red slower")
-        written.append(out / "steps.png")
-        fig.savefig(written[-1], dpi=100)
-    return written
 
 
 def write_report(data: Mapping[str, Any], out: Path) -> Path:

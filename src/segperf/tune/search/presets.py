@@ -10,7 +10,7 @@ when it is adopted: what ran is the preset without it.
 
 from __future__ import annotations
 
-from segperf.report.stats import later_interval
+from segperf.perf.decision import later_interval
 from segperf.tune.journal import SPEED
 from segperf.tune.probe import Config, full_runs, not_applied_of
 from segperf.tune.search import budget

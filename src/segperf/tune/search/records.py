@@ -38,7 +38,7 @@ class Step:
     seconds: float = 0.0
     reused: int = 0  # probes of earlier steps it decided on as well (the same runs, measured once)
     # low and high are where a later run of each side will put the ratio (they count the machine's
-    # later-run noise: segperf.report.stats.later_interval); these, the decision's interval, are of
+    # later-run noise: segperf.perf.decision.later_interval); these, the decision's interval, are of
     # the tune's own minutes
     tune_low: float | None = None
     tune_high: float | None = None

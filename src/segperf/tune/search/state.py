@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from segperf.report.stats import Comparison, pooled_noise
-from segperf.tune.decision import compare
+from segperf.perf.decision import Comparison, compare_pooled, pooled_noise
 from segperf.tune.journal import SPEED
 from segperf.tune.later_noise import NOT_COUNTED, LaterNoise
 from segperf.tune.ledger import Ledger
@@ -103,9 +102,9 @@ class Search:
 
     # -- deciding ----------------------------------------------------------------------------
     def comparison(self, candidate: list[Probe], against: list[Probe]) -> Comparison:
-        """The tune's one decision rule (segperf.tune.decision), on the sides' images/s, with the
+        """The tune's one decision rule (segperf.perf.decision.compare_pooled), on the sides' images/s, with the
         run-to-run noise of every run measured so far."""
-        return compare(rates(candidate), rates(against), self.settings.level, self.rate_groups())
+        return compare_pooled(rates(candidate), rates(against), self.settings.level, self.rate_groups())
 
     def within(self) -> float:
         """How much one run scattered among the tune's runs so far (their pooled noise, log scale; 0

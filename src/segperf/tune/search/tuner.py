@@ -15,7 +15,7 @@ until decided (segperf.tune.search.comparison), the verdicts and their rules
 (segperf.tune.search.verdicts), the state handed from stage to stage (segperf.tune.search.state).
 Nothing is measured twice: configurations that compose the same run share their probes (the
 ledger's identity), and a comparison decides on every probe of both runs so far. Every "faster
-beyond noise" is segperf.tune.decision.compare: the ratio of geometric means with its interval,
+beyond noise" is segperf.perf.decision.compare_pooled: the ratio of geometric means with its interval,
 the noise pooled over every run the tune measured, so a clear difference is decided on one probe
 of the candidate. Checking after every probe is a sequential test, so a no-op is kept somewhat
 more often than 2.5% (tests/test_tune_search.py measures it on a simulated workload).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from segperf.report.stats import Comparison, later_interval
+from segperf.perf.decision import Comparison, later_interval
 from segperf.tune.probe import Config, median_rate
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def judge(
     own minutes (`versus`'s interval, kept as tune_low and tune_high: the search takes the faster
     configuration as it measures now); the interval the step prints (low, high) is where a later run
     of each side will put the ratio, counting `later`, this machine's later-run noise, and `within`,
-    the tune's own (segperf.report.stats.later_interval)."""
+    the tune's own (segperf.perf.decision.later_interval)."""
     step.ratio, step.tune_low, step.tune_high = versus.ratio, versus.low, versus.high
     step.low, step.high = later_interval(versus, later, within)
     last = step.candidate_probes[-1]
