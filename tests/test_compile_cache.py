@@ -1,4 +1,4 @@
-"""torch.compile's cache shared by runs that overlap (segperf.compile_cache): each process compiles
+"""torch.compile's cache shared by runs that overlap (segperf.training.compile_cache): each process compiles
 into a copy of its own, seeded from the shared folder, and publishes what it added when it exits,
 so that concurrent runs cannot leave the shared folder half-written."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from segperf.compile_cache import SHARED, VARIABLE, private_folder, publish, runs_folder, seed
+from segperf.training.compile_cache import SHARED, VARIABLE, private_folder, publish, runs_folder, seed
 from tests.conftest import MNIST_TINY, REPO
 
 # what a process does with the cache: the folder it compiles into, then a "compiled" entry of its own
 SCRIPT = """
 import os, sys
 from pathlib import Path
-from segperf.compile_cache import use_private_copy
+from segperf.training.compile_cache import use_private_copy
 private = use_private_copy()
 assert use_private_copy() == private  # once per process: a sweep's next job keeps the copy
 print(os.environ["TORCHINDUCTOR_CACHE_DIR"])

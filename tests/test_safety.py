@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from segperf.compile_cache import SHARED
 from segperf.config import TOOL_CACHES
+from segperf.training.compile_cache import SHARED
 
 
 @pytest.mark.slow
@@ -44,7 +44,7 @@ def test_a_test_process_caches_in_a_folder_of_its_own_not_the_users():
     assert cache != Path("~/.cache/segperf").expanduser()
     assert cache == TEST_CACHE / os.environ.get("PYTEST_XDIST_WORKER", "main")
     # the shared folder (not the xdist controller's, which the worker inherited); an earlier compiled run in
-    # this process compiles into its copy beside it (segperf.compile_cache)
+    # this process compiles into its copy beside it (segperf.training.compile_cache)
     assert Path(os.environ.get(SHARED) or cache_dir()) == cache / "torchinductor"
     assert Path(cache_dir()).is_relative_to(cache)
     assert Path(os.environ["TRITON_CACHE_DIR"]) == cache / "triton"

@@ -17,18 +17,6 @@ from omegaconf import OmegaConf
 CONFIG_DIR = Path(str(resources.files("segperf") / "conf")).resolve()
 
 
-def __getattr__(name: str) -> Any:
-    """`TRAINING_AXIS_KEYS`: each axis of a training run and the config key it reads (what
-    results.json's `axes` records, segperf.training.record, and what the report maps
-    `adjusted.<key>` back to), from the one table of the axes, segperf.axes (imported when asked
-    for: it reads conf/, and segperf.axes imports this module)."""
-    if name == "TRAINING_AXIS_KEYS":
-        from segperf.axes import training_axis_keys
-
-        return training_axis_keys()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def available_cores() -> int:
     """CPU cores this process may run on: its affinity mask (taskset, cgroups, SLURM), not the
     machine's core count, which over-subscribes a constrained job."""

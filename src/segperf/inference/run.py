@@ -21,7 +21,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segperf.axes import inference_axes
-from segperf.compile_cache import use_private_copy
 from segperf.config import plain_config
 from segperf.data.filechecks import write_bad_files
 from segperf.inference import benchmark, runtimes
@@ -40,6 +39,7 @@ from segperf.inference.checkpoint import (
 )
 from segperf.inference.summary import adjust, format_summary, note
 from segperf.perf.results import record_failure, write_json_atomic
+from segperf.training.compile_cache import use_private_copy
 
 # What a training run's config decides about the data is adopted with run_dir unless given
 # explicitly: the same folder, size, split and decoding, the same policy for bad samples (a run
@@ -68,7 +68,7 @@ def infer(cfg: DictConfig, out_dir: Path, keep: set[str] | frozenset[str] = froz
         adopt_run(cfg, source, checkpoint, keep)
         results["config"] = plain_config(cfg)
         runtime = runtimes.from_config(cfg.runtime)
-        if cfg.model.get("compile"):  # torch.compile's cache: a copy of this process's own (segperf.compile_cache)
+        if cfg.model.get("compile"):  # torch.compile's cache: this process's own copy (compile_cache)
             use_private_copy()
         device = pick_device(cfg.device)
         workload = inference_workload.build(

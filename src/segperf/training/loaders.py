@@ -30,7 +30,7 @@ class LoaderSettings:
     batch_size: int
 
 
-# config key of each setting, as `adjusted` names them (segperf.config.TRAINING_AXIS_KEYS)
+# config key of each setting, as `adjusted` names them (segperf.axes.training_axis_keys)
 SETTING_KEYS = {
     "num_workers": "data.num_workers",
     "prefetch_factor": "data.prefetch_factor",

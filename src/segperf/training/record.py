@@ -20,9 +20,10 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from segperf.axes import training_axis_keys
 from segperf.callbacks import InterruptCheckpoint, PerfMonitor, Terminated, TerminateOutsideTraining
 from segperf.callbacks.validation_metrics import quality_section, validation_history
-from segperf.config import TRAINING_AXIS_KEYS, plain_config
+from segperf.config import plain_config
 from segperf.data.filechecks import write_bad_files
 from segperf.data.skips import warnings_line
 from segperf.errors import explain, is_worker_error
@@ -259,7 +260,7 @@ def axis_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The value each optimization axis resolved to: what a sweep varies, and what TensorBoard's
     HParams view and the report group runs by. None for a key the workload does not have."""
     plain = OmegaConf.create(config)
-    return {axis: OmegaConf.select(plain, key) for axis, key in TRAINING_AXIS_KEYS.items()}
+    return {axis: OmegaConf.select(plain, key) for axis, key in training_axis_keys().items()}
 
 
 def log_hparams(trainer: L.Trainer, results: dict[str, Any]) -> None:

@@ -22,8 +22,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import SimpleProfiler
 from omegaconf import DictConfig, open_dict
 
-from segperf.compile_cache import use_private_copy
 from segperf.training.checkpoints import AtomicCheckpointIO
+from segperf.training.compile_cache import use_private_copy
 from segperf.training.distributed import per_job_rank_commands
 from segperf.training.record import RunRecord
 from segperf.training.trainer import build_trainer, precision_notice
@@ -45,7 +45,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         cfg.paths.output_dir = str(run_dir)  # the callbacks write under it
     with RunRecord(cfg, run_dir) as record:
         cfg = record.prepare()  # every bad value at once; what this machine cannot do; resume
-        if cfg.model.get("compile"):  # torch.compile's cache: a copy of this process's own (segperf.compile_cache)
+        if cfg.model.get("compile"):  # torch.compile's cache: this process's own copy (compile_cache)
             use_private_copy()
         if cfg.num_threads:  # the threads group: torch's intra-op threads for this run
             torch.set_num_threads(cfg.num_threads)
