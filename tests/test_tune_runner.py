@@ -24,8 +24,9 @@ from segperf.config import CONFIG_DIR
 from segperf.tune import cli, later_noise, quality_runs, settings_check
 from segperf.tune.output import cached_preset, finish, preset_body, preset_text, write_preset
 from segperf.tune.probe import Probe
+from segperf.tune.probe_results import probe_from_results
 from segperf.tune.report import final_noise, final_table, render, tuned_against_presets
-from segperf.tune.runner import EPOCH_ENDS, LaunchMeasure, max_time, merged, probe_from_results
+from segperf.tune.runner import EPOCH_ENDS, LaunchMeasure, max_time, merged
 from segperf.tune.search import QualityCheck, Step, TuneResult
 from tests.conftest import REPO
 from tests.extras import needs_extra

@@ -35,7 +35,7 @@ from segperf.tune.search import (
     Tuner,
     stops_compiling,
 )
-from segperf.tune.space import Axis, merge, share_cores
+from segperf.tune.space import SearchAxis, merge, share_cores
 
 START_SPEED = 10.0  # images/s of the start
 STARTUP_S = 10  # each probe's start-up and warm-up
@@ -43,10 +43,10 @@ IMAGES = 200  # images each probe times: 30 s at the start's speed
 SCREEN_IMAGES = 40  # images a screened-out probe gets through: warm-up and its first timed steps
 
 
-def axis(name: str, *options: str, start: str | None = None, key: str = "", learning: bool = False) -> Axis:
+def axis(name: str, *options: str, start: str | None = None, key: str = "", learning: bool = False) -> SearchAxis:
     """An axis like space.axes makes: group options `name=option`, the start's option first."""
     start = start or options[0]
-    return Axis(
+    return SearchAxis(
         name, tuple((f"{name}={o}",) for o in options), (name, key or f"cfg.{name}"), (f"{name}={start}",), learning
     )
 
@@ -756,7 +756,9 @@ def test_screening_stops_a_far_slower_probe_after_its_first_timed_steps_and_judg
 def test_identical_configurations_are_measured_once():
     # on 2 cores workers=auto and cfg.workers=2 compose the same run
     workload = Workload({"workers=auto": 1.0}, aliases={"cfg.workers=2": "workers=auto"})
-    workers = Axis("workers", (("workers=off",), ("workers=auto",), ("cfg.workers=2",)), ("workers", "cfg.workers"))
+    workers = SearchAxis(
+        "workers", (("workers=off",), ("workers=auto",), ("cfg.workers=2",)), ("workers", "cfg.workers")
+    )
     result = tune(workload, axes=[workers, AXES[1]], presets={})
     assert not any(config == ("cfg.workers=2",) for _, config, _ in workload.measured)
     assert not any(s.option == ("cfg.workers=2",) for s in result.steps)

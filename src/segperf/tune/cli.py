@@ -2,41 +2,62 @@
 
 The command line is a Hydra multirun of conf/tune.yaml whose sweeper is the tuner
 (hydra_plugins/segperf_tuner): Hydra composes the start (the training config with the same
-overrides `python -m segperf.train` takes), the sweeper calls `tune()`, which checks the settings
-(segperf.tune.settings_check), chooses the presets (segperf.tune.preset_choice) and the quality
-guard's learning runs (segperf.tune.quality_runs), refuses a rerun of other settings into the
-same folder (segperf.tune.journal.check_same_tune) and runs the search (segperf.tune.search);
-every probe the search asks for is an ordinary training job (segperf.tune.probe_job).
+overrides `python -m segperf.train` takes) and the sweeper calls `tune()`. `run()` is the tune on
+one screen, each step a call into the module that owns it: the settings, the space and what this
+machine runs natively, the runs (every probe an ordinary training job, segperf.tune.probe_job),
+the search, what it leaves behind. `python -m segperf.tune calibrate TUNE_DIR` studies a finished
+tune's probes against long runs (segperf.tune.calibrate).
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from segperf.command_line import options_first, output_folder_problem, quote_path_values, workload_choice_problem
-from segperf.config import CONFIG_DIR
+from segperf.command_line import (
+    SHOW_FLAGS,
+    options_first,
+    output_folder_problem,
+    override_key,
+    problems,
+    quote_path_values,
+    workload_choice_problem,
+)
+from segperf.config import CONFIG_DIR, cores_per_rank
 from segperf.errors import SegperfError
+from segperf.tune import later_noise, space
+from segperf.tune.journal import Journal, open_journal
+from segperf.tune.native import what_runs_here
+from segperf.tune.output import finish, tune_folder
+from segperf.tune.preset_choice import presets_here
+from segperf.tune.probe import Config, config_of
 from segperf.tune.probe_job import CONFIG_NAME, probe_job
+from segperf.tune.quality_runs import quality_measure, start_seed
+from segperf.tune.runner import speed_measure
+from segperf.tune.search import Tuner, TuneResult
+from segperf.tune.settings_check import checked_settings, search_arguments
 
 PROG = "python -m segperf.tune"
-# Hydra's flags that show something and stop (no multirun with them: Hydra allows one mode)
-SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+NAME = "segperf.tune"  # how its lines start
 
 
 def main(argv: list[str] | None = None) -> int:
     """Tune with `argv` (training overrides, tune.* settings, Hydra's flags); the exit status."""
-    args = [a for a in options_first(sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun")]
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:
+        from segperf.tune.calibrate import main as calibrate  # its own arguments, no Hydra
+
+        return calibrate(argv[1:])
+    args = [a for a in options_first(argv) if a not in ("-m", "--multirun")]
     args = quote_path_values(["-m", *args])[1:]  # paths as segperf prints them (`=` and `,` too)
     if problem := output_folder_problem(["-m", *args], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
-        return fail([problem])
+        return problems(NAME, [problem])
     if problem := workload_choice_problem(args, CONFIG_DIR):  # as segperf.train: whose model and data
-        return fail([problem])
+        return problems(NAME, [problem])
     # what Hydra parses: a multirun (the sweeper is the tuner), unless a flag only shows something
     shows = any(a in SHOW_FLAGS or a.split("=", 1)[0] in SHOW_FLAGS for a in args)
     saved, sys.argv = sys.argv, [PROG, *([] if shows else ["--multirun"]), *args]
@@ -50,85 +71,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def fail(problems: list[str]) -> int:
-    for problem in problems:
-        print(f"segperf.tune: error: {problem}", file=sys.stderr)
-    return 2
-
-
 def say(line: str) -> None:
-    print(f"segperf.tune: {line}", flush=True)
+    print(f"{NAME}: {line}", flush=True)
 
 
 def tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) -> Any:
     """The tune (docs/tuning.md), from the sweeper: one error line per problem, exit 2."""
     try:
-        return _tune(config, loader, launcher, list(arguments))
+        return run(config, loader, launcher, list(arguments))
     except SegperfError as error:
-        raise SystemExit(fail(str(error).splitlines())) from None
+        raise SystemExit(problems(NAME, str(error).splitlines())) from None
 
 
-def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) -> Any:
-    from segperf.config import cores_per_rank
-    from segperf.schema import SettingsError
-    from segperf.tune import later_noise, space
-    from segperf.tune.journal import Journal, check_same_tune
-    from segperf.tune.native import computes_on_cpu, emulated_precisions, native_presets
-    from segperf.tune.preset_choice import composable_presets
-    from segperf.tune.probe import config_of
-    from segperf.tune.quality_runs import quality_measure
-    from segperf.tune.runner import LaunchMeasure
-    from segperf.tune.search import Tuner
-    from segperf.tune.settings_check import settings_problems, sweep_problems
-    from segperf.tune.space import override_key
-
-    settings = config.get("tune")
-    if settings is None:
-        raise SegperfError(f"hydra/sweeper=segperf_tuner needs the tune settings of conf/tune.yaml: run {PROG}")
-    if problems := settings_problems(settings) + sweep_problems(arguments):
-        raise SettingsError(problems)
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+def run(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) -> TuneResult:
+    """The tune, top to bottom: `config` is the start as Hydra composed it, `loader` Hydra's config
+    loader (each job composed as the launcher will), `launcher` Hydra's, `arguments` the overrides."""
+    settings = checked_settings(config, arguments)
+    sweep_dir = tune_folder(config)
     choices = {str(k): v for k, v in config.hydra.runtime.choices.items()}
-    plain = {k: v for k, v in OmegaConf.to_container(config, resolve=False).items() if k != "hydra"}
-    # the start: the training overrides (the tune.* settings are the tuner's, not the probes')
-    start = config_of(a for a in arguments if not override_key(a).split(".")[0] == "tune")
+    start = start_of(arguments)
+    # the space: what this machine runs natively, the axes of this workload, the presets as run here
+    native = what_runs_here(str(config.trainer.accelerator), choices)
     cores = cores_per_rank(config.trainer.devices)
-    on_cpu = computes_on_cpu(str(config.trainer.accelerator))
-    axes = space.axes(plain, choices, cores, batch_size=settings.batch_size, compute_on_cpu=on_cpu)
-    presets, notes = composable_presets(config, loader, settings, choices, start)
-    emulated = emulated_precisions(str(config.trainer.accelerator)) if "precision" in choices else {}
-    presets, preset_notes = native_presets(presets, emulated)
-    notes += preset_notes
-    probe = OmegaConf.to_container(settings.probe, resolve=True)
-    speed = LaunchMeasure(config, loader, launcher, kind="speed", probe=probe)
+    axes = space.axes(config, choices, cores, batch_size=settings.batch_size, compute_on_cpu=native.on_cpu)
+    presets, notes = presets_here(config, loader, settings, choices, start, native.emulated)
+    # the runs: probes for speed, learning runs for the quality guard, each a job of the launcher
+    speed = speed_measure(config, loader, launcher, settings)
     quality = quality_measure(config, loader, launcher, settings, choices, notes)
-    check_same_tune(sweep_dir, {"probe": probe, "quality": OmegaConf.to_container(settings.quality)})
-    journal = Journal(sweep_dir / "journal.jsonl")
-    # the seed the start's learning run trains with: the guard confirms a failing run on the next one
-    seed = quality.seed(start) if quality is not None else None
-    seed = int(config.get("seed") or 0) if seed is None else seed
+    journal = open_journal(sweep_dir, settings)
     tuner = Tuner(
         start,
         axes,
         speed,
-        budget_s=settings.budget_minutes * 60,
         presets=presets,
         journal=journal,
         quality=quality,
-        level=settings.level,
-        min_runs=settings.min_runs,
-        max_runs=settings.max_runs,
         progress=say,
-        quality_tolerance=settings.quality.tolerance,
-        limit_factor=settings.probe.time_limit_factor,
-        limit_floor_s=settings.probe.min_time_limit_s,
-        screen_factor=settings.probe.screen_factor or None,
-        emulated=emulated,
+        emulated=native.emulated,
         identity=speed.identity,
-        seed=seed,
+        seed=start_seed(config, quality, start),
         later=later_noise.for_this_machine(settings.get("later_noise")),
+        **search_arguments(settings),
     )
     for note in notes:
         say(f"note: {note}")
@@ -136,19 +119,27 @@ def _tune(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) 
         f"from {' '.join(start) or 'the defaults'}: {len(axes)} axes ({', '.join(a.name for a in axes)}), "
         f"presets {', '.join(presets) or 'none'}, budget {settings.budget_minutes:g} min; probes in {sweep_dir}"
     )
+    again = f"{command(config, arguments)} {shlex.quote(f'hydra.sweep.dir={sweep_dir}')}"
+    result = searched(tuner, journal, again)
+    return finish(result, config, loader, settings, command(config, arguments), notes)
+
+
+def start_of(arguments: list[str]) -> Config:
+    """The tune's start: its training overrides (the tune.* settings are the tuner's, not the probes')."""
+    return config_of(a for a in arguments if override_key(a).split(".")[0] != "tune")
+
+
+def searched(tuner: Tuner, journal: Journal, again: str) -> TuneResult:
+    """The search's result; stopped by Ctrl-C or SIGTERM, the probes kept and how to continue."""
     try:
-        result = tuner.run()
+        return tuner.run()
     except (KeyboardInterrupt, SystemExit) as stop:
         code = 130 if isinstance(stop, KeyboardInterrupt) else stop.code
         if code not in (130, 143):
             raise
-        again = f"{command(config, arguments)} {shlex.quote(f'hydra.sweep.dir={sweep_dir}')}"
-        print(f"segperf.tune: interrupted; {len(journal)} probes kept in {journal.path}", file=sys.stderr)
-        print(f"segperf.tune: continue with: {again}", file=sys.stderr)
+        print(f"{NAME}: interrupted; {len(journal)} probes kept in {journal.path}", file=sys.stderr)
+        print(f"{NAME}: continue with: {again}", file=sys.stderr)
         raise SystemExit(code) from None
-    from segperf.tune.output import finish
-
-    return finish(result, config, loader, settings, command(config, arguments), notes)
 
 
 def command(config: DictConfig, arguments: list[str]) -> str:

@@ -23,6 +23,8 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from segperf.errors import SegperfError, WriteError
 from segperf.perf.results import write_json_atomic
 from segperf.tune.probe import Config, Probe
@@ -144,6 +146,14 @@ class Journal:
                         f.write(b"\n")
             except OSError as error:
                 raise WriteError(self.path, error, doing="cutting a torn line off the tune's journal") from error
+
+
+def open_journal(sweep_dir: Path, settings: Any) -> Journal:
+    """The tune folder's journal, after checking that its probes were of these settings' size
+    (check_same_tune: tune.probe.*, tune.quality.*)."""
+    probe = OmegaConf.to_container(settings.probe, resolve=True)
+    check_same_tune(sweep_dir, {"probe": probe, "quality": OmegaConf.to_container(settings.quality)})
+    return Journal(sweep_dir / "journal.jsonl")
 
 
 def check_same_tune(sweep_dir: Path, identity: dict) -> None:

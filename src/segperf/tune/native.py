@@ -18,17 +18,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from segperf.axes import group_options
+from segperf.command_line import override_key
 from segperf.config import CONFIG_DIR
 from segperf.tune.probe import Config, config_of
-from segperf.tune.space import group_options, override_key
 
 SLOWDOWN = 2.0  # an autocast this many times slower than fp32 is emulated (measured: emulated 26x, native 1.1x)
 FULL_PRECISION = "32-true"  # trainer.precision of the option a preset falls back to
 AUTOCAST_DTYPES = {"bf16-mixed": "bfloat16", "16-mixed": "float16"}
+
+
+@dataclass(frozen=True)
+class Native:
+    """What this machine runs natively: whether the net computes on the CPU (its DataLoader
+    workers then share the cores with torch's threads: segperf.tune.space.share_cores), and each
+    precision option it emulates (`precision=bf16` -> why; emulated_precisions)."""
+
+    on_cpu: bool
+    emulated: dict[str, str] = field(default_factory=dict)
+
+
+def what_runs_here(accelerator: str, choices: Mapping[str, object]) -> Native:
+    """The check of this machine a tune makes before it measures anything (`choices`: the groups
+    the workload composes; one without a precision group has no precision to emulate)."""
+    emulated = emulated_precisions(accelerator) if "precision" in choices else {}
+    return Native(computes_on_cpu(accelerator), emulated)
 
 
 def precision_options(config_dir: Path = CONFIG_DIR) -> dict[str, str]:

@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 from segperf.axes import training_axes
+from segperf.command_line import override_key
 from segperf.config import available_cores, segperf_cache_dir
 from segperf.perf.machine import cpu_model
 from segperf.perf.results import write_json_atomic, write_text_atomic
 from segperf.tune.probe import Config
-from segperf.tune.space import override_key
+from segperf.tune.report import axes_tried, busy_warning, ratio_cell, write_report
+from segperf.tune.side_by_side import final_table, tuned_against_presets
 
 # the speed axes that are config groups (conf/<group>/), in the seed study's order
 AXIS_GROUPS = tuple(axis.group for axis in training_axes())
@@ -35,6 +38,15 @@ KNOBS = ("data.num_workers", "data.prefetch_factor", "num_threads")
 # CPU flags that make reduced precision native (segperf.training.trainer.NATIVE_CPU_FLAGS; not
 # imported: that module loads torch and Lightning)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def tune_folder(config: Any) -> Path:
+    """The tune's folder (Hydra's sweep folder), made, with the composed config in multirun.yaml
+    as Hydra writes it for a sweep."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    return sweep_dir
 
 
 def cached_preset() -> Path:
@@ -137,17 +149,6 @@ def write_tune_json(tune_dir: Path, data: Mapping[str, Any]) -> Path:
 
 def finish(result: Any, config: Any, loader: Any, settings: Any, command: str, notes: list[str]) -> Any:
     """tuned.yaml (tune folder and cache), tune.json and tune_report.md; the preset's path last."""
-    from omegaconf import OmegaConf
-
-    from segperf.tune.report import (
-        axes_tried,
-        busy_warning,
-        final_table,
-        ratio_cell,
-        tuned_against_presets,
-        write_report,
-    )
-
     tune_dir = Path(str(config.hydra.sweep.dir))
     facts = machine_facts()
     data = result.to_dict()

@@ -1,16 +1,29 @@
 """Which presets a tune measures here: each spelt out as this workload's groups
-(segperf.tune.space.presets), without those Hydra cannot compose for it."""
+(segperf.tune.space.presets), without those Hydra cannot compose for it, and as this machine runs
+them (a preset's emulated precision replaced by full precision: segperf.tune.native.native_presets)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig
 
 from segperf.errors import SegperfError
 from segperf.tune import space
-from segperf.tune.runner import first_line
+from segperf.tune.native import native_presets
+from segperf.tune.probe_results import first_line
 from segperf.tune.space import merge
+
+
+def presets_here(
+    config: DictConfig, loader: Any, settings: Any, choices: dict, start: tuple, emulated: Mapping[str, str]
+) -> tuple[dict, list]:
+    """The presets a tune measures here: composable_presets, as this machine runs them (`emulated`:
+    the precision options it emulates), with a note for each change."""
+    presets, notes = composable_presets(config, loader, settings, choices, start)
+    presets, native_notes = native_presets(presets, emulated)
+    return presets, notes + native_notes
 
 
 def composable_presets(

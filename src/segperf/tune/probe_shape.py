@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from segperf.command_line import override_key
 from segperf.tune.probe import Probe
-from segperf.tune.space import override_key
 
 # Lightning's words for a metric read before a validation logged it
 SYMPTOMS = (

@@ -67,3 +67,10 @@ def quality_measure(config: DictConfig, loader: Any, launcher: Any, settings: An
         keep_batch_size=settings.batch_size,
         keep_run_size=own_size,
     )
+
+
+def start_seed(config: DictConfig, quality: LaunchMeasure | None, start: tuple) -> int:
+    """The seed the start's learning run trains with (the guard confirms a failing run on the next
+    one): its composed seed, else the tune's `seed`, else 0."""
+    seed = quality.seed(start) if quality is not None else None
+    return int(config.get("seed") or 0) if seed is None else seed

@@ -5,7 +5,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
+from segperf.errors import SegperfError, SettingsError
+
+
+def checked_settings(config: DictConfig, arguments: list[str]) -> Any:
+    """The tune's settings (`config.tune`), or SettingsError with every problem of them and of the
+    starting overrides (`arguments`), one line each."""
+    settings = config.get("tune")
+    if settings is None:
+        raise SegperfError(
+            "hydra/sweeper=segperf_tuner needs the tune settings of conf/tune.yaml: run python -m segperf.tune"
+        )
+    if problems := settings_problems(settings) + sweep_problems(arguments):
+        raise SettingsError(problems)
+    return settings
+
+
+def search_arguments(settings: Any) -> dict[str, Any]:
+    """The search's settings (segperf.tune.search.Tuner's keywords) from tune.*."""
+    return {
+        "budget_s": settings.budget_minutes * 60,
+        "level": settings.level,
+        "min_runs": settings.min_runs,
+        "max_runs": settings.max_runs,
+        "quality_tolerance": settings.quality.tolerance,
+        "limit_factor": settings.probe.time_limit_factor,
+        "limit_floor_s": settings.probe.min_time_limit_s,
+        "screen_factor": settings.probe.screen_factor or None,
+    }
 
 
 def settings_problems(settings: Any) -> list[str]:

@@ -27,6 +27,8 @@ from typing import Any
 import yaml
 
 from segperf import axes as axis_table
+from segperf.axes import group_options
+from segperf.command_line import override_key
 from segperf.config import CONFIG_DIR, CORE_RESOLVERS
 from segperf.tune.probe import Config, config_of
 
@@ -41,23 +43,22 @@ PRESETS = ("+opt=all", "+opt=all compile=off")  # what the tuned result is held 
 
 
 @dataclass(frozen=True)
-class Axis:
-    """One thing the tuner changes: `options` are the alternatives (each a Config of override
-    strings); `keys` the override keys the axis owns (its group and its config key), so that
-    trying an option first drops the best's own setting of the axis; `start` the option the
-    tune's start composed (from hydra.runtime.choices), the setting of a configuration that does
-    not override the axis; `changes_learning`: a change the quality guard may undo."""
+class SearchAxis:
+    """One thing a tune changes, as it tries it on this machine: a row of segperf.axes' table (what
+    the group is, its baseline, where the walk takes it: segperf.axes.SearchAxis) made concrete for one
+    workload on one machine, or the batch size (a number, not a config group). `options` are the
+    alternatives (each a Config of override strings: the group's options less those that set the
+    same value here, numeric values, a workers option paired with threads); `keys` the override
+    keys the axis owns (its group and its config key), so that trying an option first drops the
+    best's own setting of the axis; `start` the option the tune's start composed (from
+    hydra.runtime.choices), the setting of a configuration that does not override the axis;
+    `changes_learning`: a change the quality guard may undo."""
 
     name: str
     options: tuple[Config, ...]
     keys: tuple[str, ...] = ()
     start: Config = ()
     changes_learning: bool = False
-
-
-def override_key(override: str) -> str:
-    """The key an override sets: `+opt=all` -> `opt`, `data.num_workers=2` -> `data.num_workers`."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def without_keys(overrides: Iterable[str], keys: Iterable[str]) -> list[str]:
@@ -68,7 +69,7 @@ def without_keys(overrides: Iterable[str], keys: Iterable[str]) -> list[str]:
 
 def axes(
     cfg: Any, choices: Mapping[str, Any], cores: int, batch_size: bool = False, compute_on_cpu: bool = False
-) -> list[Axis]:
+) -> list[SearchAxis]:
     """The speed axes of the workload `cfg` composes (a DictConfig or its plain container), with
     `choices` (hydra.runtime.choices) telling which option of each group it was composed with,
     and `cores` the cores one training process may use (segperf.config.cores_per_rank).
@@ -84,7 +85,7 @@ def axes(
         options = [(f"{group}={name}",) for name in _deduplicated(group, group_options(group), cores, chosen)]
         options += [(f"{key}={value}",) for value in numeric_values(group, cores)]
         found.append(
-            Axis(
+            SearchAxis(
                 group, tuple(options), (group, key), (f"{group}={chosen}",), changes_learning=group in CHANGES_LEARNING
             )
         )
@@ -94,14 +95,14 @@ def axes(
         size = cfg.get("batch_size")
         sizes = [s for s in (size // 2, size * 2, size * 4) if s >= 1 and s != size]
         found.append(
-            Axis(
+            SearchAxis(
                 "batch_size", tuple((f"batch_size={s}",) for s in sizes), ("batch_size",), (f"batch_size={size}",), True
             )
         )
     return found
 
 
-def share_cores(found: list[Axis], threads: str = "threads=half") -> list[Axis]:
+def share_cores(found: list[SearchAxis], threads: str = "threads=half") -> list[SearchAxis]:
     """`found` with the workers axis also trying each worker count together with `threads`; the
     first of these pairs (workers=auto with threads=half) is the axis' first option.
 
@@ -129,11 +130,6 @@ def _loads_in_main_process(option: Config) -> bool:
         if key == "data.num_workers":
             return int(value) == 0
     return False
-
-
-def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
-    """The options of a config group: the names of its YAML files."""
-    return sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
 
 
 def option_value(group: str, option: str, cores: int) -> Any:
@@ -232,12 +228,12 @@ def _has(cfg: Any, dotted: str) -> bool:
     return True
 
 
-def setting(config: Config, axis: Axis) -> Config:
+def setting(config: Config, axis: SearchAxis) -> Config:
     """The overrides of `config` on `axis` (empty: it leaves the axis as its base composes it)."""
     return tuple(o for o in config if override_key(o) in axis.keys)
 
 
-def with_setting(config: Config, axis: Axis, new: Config) -> Config:
+def with_setting(config: Config, axis: SearchAxis, new: Config) -> Config:
     """`config` with its own setting of `axis` replaced by `new` (empty: the base's); `new` may set
     another axis too (share_cores' workers with threads), which then replaces config's setting of
     that axis, by its group or by its key (`threads=half` replaces `num_threads=1`)."""
@@ -255,14 +251,14 @@ def merge(base: Config, overrides: Config) -> Config:
     return config_of(settings.values())
 
 
-def effective(config: Config, axis: Axis, start: Config) -> Config:
+def effective(config: Config, axis: SearchAxis, start: Config) -> Config:
     """The setting `config` runs `axis` with: its own override, else the tune's start's, else the
     option the start composed."""
     return setting(config, axis) or setting(start, axis) or axis.start
 
 
 def without_settings(
-    config: Config, entries: Sequence[str], axes: Sequence[Axis], start: Config
+    config: Config, entries: Sequence[str], axes: Sequence[SearchAxis], start: Config
 ) -> tuple[Config, tuple[str, ...] | None]:
     """`config` with the axes that the `key: reason` entries (Probe.not_applied) name set back to
     the start's, and the overrides taken out; None for those when an entry's key is on none of
@@ -278,8 +274,8 @@ def without_settings(
     return config, tuple(dict.fromkeys(dropped))
 
 
-def undo_learning_changes(best: Config, axes: Sequence[Axis], start: Config) -> list[Config]:
-    """`best`, then `best` with its changes that alter what is learned (Axis.changes_learning)
+def undo_learning_changes(best: Config, axes: Sequence[SearchAxis], start: Config) -> list[Config]:
+    """`best`, then `best` with its changes that alter what is learned (SearchAxis.changes_learning)
     set back to the start's one after another, in CHANGES_LEARNING's order (precision first, the
     likeliest to cost quality; decoding last, the least): the configurations the quality guard
     tries in turn."""

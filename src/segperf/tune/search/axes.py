@@ -20,9 +20,9 @@ from segperf.tune.search.comparison import measure_until_decided
 from segperf.tune.search.records import Step
 from segperf.tune.search.state import Search
 from segperf.tune.search.verdicts import KEPT, SKIPPED
-from segperf.tune.space import Axis, effective, setting, with_setting
+from segperf.tune.space import SearchAxis, effective, setting, with_setting
 
-Plan = list[tuple[Axis, list[Config]]]
+Plan = list[tuple[SearchAxis, list[Config]]]
 
 
 def run(search: Search, best: Config) -> Config:
@@ -33,7 +33,7 @@ def run(search: Search, best: Config) -> Config:
     first: Plan = [(a, n + s) for (a, n), (_, s) in zip(native, slow, strict=True)]  # emulated last in its axis
     tried: set[frozenset] = set()  # pairs of runs (identities) measured against each other
     visited: set[str] = set()
-    kept: list[Axis] = []
+    kept: list[SearchAxis] = []
     for stage, plan, first_only in [("axes", first, True), ("axes", native, False), ("axes", slow, False)]:
         best = _pass(search, stage, plan, best, tried, visited, kept, first_only)
     again: Plan = [(a, [o for o in a.options if not emulated(o)]) for a in kept]
@@ -47,7 +47,7 @@ def _pass(
     best: Config,
     tried: set[frozenset],
     visited: set[str],
-    kept: list[Axis],
+    kept: list[SearchAxis],
     first_only: bool,
 ) -> Config:
     """One pass over `plan`: each axis' options against the best (`first_only`: the first one
@@ -74,7 +74,7 @@ def _pass(
 def _try(
     search: Search,
     stage: str,
-    axis: Axis,
+    axis: SearchAxis,
     option: Config,
     best: Config,
     tried: set[frozenset],

@@ -14,7 +14,7 @@ from segperf.tune.search import budget
 from segperf.tune.search.records import Step
 from segperf.tune.search.state import Search, charge
 from segperf.tune.search.verdicts import NOT_APPLIED, judge
-from segperf.tune.space import Axis
+from segperf.tune.space import SearchAxis
 
 
 def decide(search: Search, step: Step, *, runs: int) -> bool:
@@ -35,7 +35,7 @@ def decide(search: Search, step: Step, *, runs: int) -> bool:
 def measure_until_decided(
     search: Search,
     stage: str,
-    axis: Axis,
+    axis: SearchAxis,
     option: Config,
     candidate: Config,
     best: Config,
@@ -81,7 +81,7 @@ def first_round(search: Search) -> int:
     return 1 if sum(len(g) - 1 for g in groups) >= 3 else search.settings.min_runs
 
 
-def known_not_applied(search: Search, axis: Axis, option: Config) -> list[str]:
+def known_not_applied(search: Search, axis: SearchAxis, option: Config) -> list[str]:
     """The `key: reason` entries an earlier probe with this option gave for this axis' keys: a
     setting the machine did not honour then will not be honoured now."""
     entries = [

@@ -17,7 +17,7 @@ from segperf.tune.later_noise import NOT_COUNTED, LaterNoise
 from segperf.tune.ledger import Ledger
 from segperf.tune.probe import Config, Probe, full_runs, median_rate, rates
 from segperf.tune.search.records import QualityCheck, Step, TuneError
-from segperf.tune.space import Axis
+from segperf.tune.space import SearchAxis
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Settings:
     """What a tune was asked for (segperf.tune.search.tuner.Tuner's arguments, checked)."""
 
     start: Config
-    axes: list[Axis]
+    axes: list[SearchAxis]
     presets: dict[str, Config]  # name -> the preset applied on top of the start
     level: float
     min_runs: int

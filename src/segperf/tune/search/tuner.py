@@ -47,7 +47,7 @@ from segperf.tune.probe import Config, Measure, config_of
 from segperf.tune.search import axes, final, presets, quality_guard
 from segperf.tune.search.records import TuneResult
 from segperf.tune.search.state import Search, Settings
-from segperf.tune.space import Axis, merge
+from segperf.tune.space import SearchAxis, merge
 
 
 class Tuner:
@@ -62,7 +62,7 @@ class Tuner:
     def __init__(
         self,
         start: Config,
-        axes: list[Axis],
+        axes: list[SearchAxis],
         measure: Measure,
         *,
         budget_s: float,
