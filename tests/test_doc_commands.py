@@ -65,7 +65,7 @@ ALLOWED = {
     "python scripts/long_run_record.py": (
         "run by tests/test_long_run.py::test_the_long_run_script_reads_the_memory_and_the_records_size"
     ),
-    "python scripts/probe_calibration.py": (
+    "python -m segperf.tune calibrate": (
         "run by tests/test_probe_calibration.py::"
         "test_a_study_of_a_tiny_tune_runs_a_probe_and_a_long_run_of_each_configuration_and_writes_its_table"
     ),

@@ -239,7 +239,7 @@ def test_the_later_interval_holds_a_later_runs_ratio_where_the_tunes_own_interva
     runs a side in its hour (its noise pooled over eight configurations measured with them), a user
     runs each once an hour later. The tune's own interval holds the later ratio about half the time;
     the later interval, given the machine's later-run noise (the scatter of one run across hours,
-    what scripts/probe_calibration.py measures), holds it at least at its level."""
+    what python -m segperf.tune calibrate measures), holds it at least at its level."""
     rng = np.random.default_rng(7)
     within, drift = 0.02, 0.04
     later = math.expm1(math.hypot(within, drift))

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     """Tune with `argv` (training overrides, tune.* settings, Hydra's flags); the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
-        from segperf.tune.calibrate import main as calibrate  # its own arguments, no Hydra
+        from segperf.tune.calibrate.cli import main as calibrate  # its own arguments, no Hydra
 
         return calibrate(argv[1:])
     args = [a for a in options_first(argv) if a not in ("-m", "--multirun")]

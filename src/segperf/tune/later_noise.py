@@ -6,7 +6,7 @@ more (other tenants come and go, and a configuration using every core feels them
 using one core). Where the figure comes from, first found first:
 
 1. `tune.later_noise=0.03` on the command line (0: the intervals are of the tune's minutes alone);
-2. what `scripts/probe_calibration.py` measured on this machine (its long runs' run-to-run noise
+2. what `python -m segperf.tune calibrate` measured on this machine (its long runs' run-to-run noise
    over the study's hour), recorded in the segperf cache under `later-noise.json`, one entry per
    machine (host name, CPU model and cores);
 3. DEFAULT: 5%, the most that the calibration studies in docs/BENCHMARKS.md ("Tuning") measured
@@ -75,11 +75,11 @@ def for_this_machine(setting: float | None = None, path: Path | None = None) -> 
     if isinstance(entry, dict) and isinstance(entry.get("relative"), int | float) and entry["relative"] >= 0:
         return LaterNoise(
             float(entry["relative"]),
-            f"measured on this machine by scripts/probe_calibration.py on {entry.get('date', '?')} "
+            f"measured on this machine by python -m segperf.tune calibrate on {entry.get('date', '?')} "
             f"({entry.get('df', '?')} degrees of freedom)",
         )
     return LaterNoise(
-        DEFAULT, "the default for a shared machine never measured (scripts/probe_calibration.py measures it)"
+        DEFAULT, "the default for a shared machine never measured (python -m segperf.tune calibrate measures it)"
     )
 
 
