@@ -25,8 +25,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from segperf.callbacks.epoch_end_validation import EpochEndValidation
 from segperf.perf.decision import compare_pooled
 from segperf.tune.probe import Probe
+from segperf.tune.probe_results import probe_from_results
 from segperf.tune.probe_shape import failed_for_its_shape
-from segperf.tune.runner import EPOCH_ENDS, LaunchMeasure
+from segperf.tune.runner import PROBE_EPOCH_ENDS, LaunchMeasure
 from segperf.tune.search import UNMEASURED, Step
 from segperf.tune.search.verdicts import judge
 from tests.conftest import QUIET
@@ -128,6 +129,60 @@ def test_a_probe_of_a_module_that_watches_nothing_keeps_its_validation(tmp_path)
     assert trainer.global_step == 10 and record == {} and trainer.val_check_batch == 10
 
 
+class SteadyLossModule(PlateauModule):
+    """A user's module whose validation loss never improves after its first check: an
+    EarlyStopping(patience=0) on it stops a run at its second validation."""
+
+    def __init__(self) -> None:
+        super().__init__(plateau=False)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", torch.tensor(1.0))
+
+
+class StopAtValidation(L.Callback):
+    """Something else that ends the run at its first validation (a time limit, say)."""
+
+    def on_validation_end(self, trainer, pl_module):
+        trainer.should_stop = True
+
+
+def test_a_users_early_stopping_does_not_end_a_probe_and_the_record_says_it_would_have(tmp_path):
+    stopper = EarlyStopping(monitor="val_loss", patience=0)
+    shape = EpochEndValidation(probe=True)
+    trainer = probe_trainer(tmp_path, stopper, shape)
+    trainer.fit(SteadyLossModule())
+    assert trainer.global_step == 10  # the whole probe: validated at steps 4 and 8, stopped by neither
+    record: dict = {}
+    shape.record(record)
+    held = record["epoch_end_validation"]["early_stopping"]
+    assert held["callbacks"] == ["EarlyStopping(val_loss)"] and held["stops_taken_back"] >= 1
+    assert held["first_stop"]["step"] == 8 and "did not improve" in held["first_stop"]["reason"]
+    assert "on_validation_end" not in vars(stopper)  # the user's callback is itself again after the run
+
+
+def test_a_learning_run_keeps_the_users_early_stopping(tmp_path):
+    # the quality guard's learning runs are not probes: EarlyStopping ends them as in the user's runs
+    stopper = EarlyStopping(monitor="val_loss", patience=0)
+    shape = EpochEndValidation()
+    trainer = probe_trainer(tmp_path, stopper, shape)
+    trainer.fit(SteadyLossModule())
+    assert trainer.global_step == 8
+    record: dict = {}
+    shape.record(record)
+    assert "early_stopping" not in record["epoch_end_validation"]
+
+
+def test_a_probe_stopped_by_something_else_at_a_validation_stays_stopped(tmp_path):
+    shape = EpochEndValidation(probe=True)
+    trainer = probe_trainer(tmp_path, StopAtValidation(), EarlyStopping(monitor="val_loss", patience=0), shape)
+    trainer.fit(SteadyLossModule())
+    assert trainer.global_step == 4  # the other stop stands; only EarlyStopping's own is taken back
+    record: dict = {}
+    shape.record(record)
+    assert record["epoch_end_validation"]["early_stopping"]["stops_taken_back"] == 0
+
+
 def test_a_failure_of_the_probes_shape_is_told_apart_from_a_configurations():
     assert failed_for_its_shape(Probe(("data.prefetch_factor=8",), None, failed=PLATEAU_ERROR))
     checkpoint = "MisconfigurationException: `ModelCheckpoint(monitor='val/acc')` could not find the monitored key"
@@ -169,7 +224,7 @@ def test_a_probe_failed_for_its_shape_runs_again_in_the_users_shape_and_counts_t
     assert probe.wall_s >= 2 * 12.5  # both runs were paid for
     first, again = launcher.launched[0][0], launcher.launched[1][0]
     assert "~callbacks.last_checkpoint" in first and "~callbacks.last_checkpoint" not in again
-    assert "val_every_images=1920" in again and EPOCH_ENDS in again  # the user's own validation interval
+    assert "val_every_images=1920" in again and PROBE_EPOCH_ENDS in again  # the user's own validation interval
     assert [o for o in first if o.startswith("train_images")] == [o for o in again if o.startswith("train_images")]
 
 
@@ -202,3 +257,24 @@ def test_a_probe_of_the_template_on_a_split_shorter_than_the_probe_completes(tmp
     assert record["status"] == "completed" and record["tune_probe"]["images_per_s"] > 0
     moved = record["epoch_end_validation"]
     assert moved["epoch_batches"] == 10 and moved["watched_by"] == ["ReduceLROnPlateau(val/loss)"]
+
+
+@pytest.mark.slow
+def test_a_probe_of_the_template_with_a_users_early_stopping_runs_its_size_and_reads_as_a_full_probe(tmp_path):
+    """lightning-hydra-template's MNISTLitModule on a 128-image split (2 batches an epoch), with the
+    user's EarlyStopping(patience=0) on val/loss, which no validation can satisfy (min_delta 1000): it
+    would end the probe at its second epoch end, long before the probe's timed steps."""
+    master = compose_tune("batch_size=64", "val_every_images=128")
+    job = LaunchMeasure(master, None, None, kind="speed", probe=SPEED_PROBE).job_overrides((), limit_s=600)
+    stopper = "{_target_:lightning.pytorch.callbacks.EarlyStopping,monitor:val/loss,patience:0,min_delta:1000}"
+    command = [sys.executable, "-m", "segperf.train", "--config-dir", "configs", "model=mnist", "data=digits"]
+    command += ["data.train_val_test_split=[128,128,128]", "batch_size=64", *QUIET, *job]
+    command += [f"+callbacks.users_early_stopping={stopper}", f"hydra.run.dir={tmp_path / 'run'}"]
+    done = subprocess.run(command, cwd=TEMPLATE, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    held = record["epoch_end_validation"]["early_stopping"]
+    assert held["callbacks"] == ["EarlyStopping(val/loss)"] and held["first_stop"]["step"] == 4
+    assert record["tune_probe"]["stopped_by"] in ("precision", "cap")  # the probe's own end, not EarlyStopping's
+    probe = probe_from_results((), tmp_path / "run", limited=True)  # as the tuner reads it
+    assert probe.full_run and not probe.cut and probe.images_per_s > 0

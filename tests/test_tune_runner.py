@@ -26,7 +26,7 @@ from segperf.tune.output import cached_preset, finish, preset_body, preset_text,
 from segperf.tune.probe import Probe
 from segperf.tune.probe_results import probe_from_results
 from segperf.tune.report import final_noise, final_table, render, tuned_against_presets
-from segperf.tune.runner import EPOCH_ENDS, LaunchMeasure, max_time, merged
+from segperf.tune.runner import EPOCH_ENDS, PROBE_EPOCH_ENDS, LaunchMeasure, max_time, merged
 from segperf.tune.search import QualityCheck, Step, TuneResult
 from tests.conftest import REPO
 from tests.extras import needs_extra
@@ -172,8 +172,9 @@ def test_a_probe_is_the_configuration_at_the_probe_size_with_the_time_limit_last
         "val_every_images=74",
         # the probe times its steady state and stops once its rate is known to ±5%
         f"+callbacks.tune_probe={STEADY}",
-        # past an epoch end of a user's short training split it validates first where a metric is watched
-        EPOCH_ENDS,
+        # past an epoch end of a user's short training split it validates first where a metric is watched,
+        # and a user's EarlyStopping does not end it (a probe measures speed, not learning)
+        PROBE_EPOCH_ENDS,
         "trainer.max_time='00:00:01:15'",
         # stopped inside a step at three times the limit: one step of fp16 emulated took 177 s
         "+callbacks.tune_time_limit={_target_:segperf.callbacks.hard_time_limit.HardTimeLimit,seconds:222.6}",

@@ -13,8 +13,10 @@ are SteadyProbe's (results.json `tune_probe`), not `train.images_per_s` (a fixed
 
 Every run of the tune's (probes and learning runs) adds segperf.callbacks.epoch_end_validation: one
 that crosses an epoch end of a user's shorter training split validates at each epoch's end when the
-module or its callbacks watch a validation metric there (ReduceLROnPlateau on `val/loss`). A run
-that still fails for the probe's shape is run once more in the user's own (segperf.tune.probe_shape).
+module or its callbacks watch a validation metric there (ReduceLROnPlateau on `val/loss`); in a speed
+probe a user's EarlyStopping judges those validations but does not end it (a probe measures speed:
+stopped short, it would read as a cut, slower probe). A run that still fails for the probe's shape
+is run once more in the user's own (segperf.tune.probe_shape).
 
 A per-probe time limit becomes `trainer.max_time`: Lightning's Timer stops training after the
 step that passes it and the run ends like a finished one. A probe stopped there after its fewest
@@ -69,6 +71,9 @@ HARD_LIMIT_TARGET = "segperf.callbacks.hard_time_limit.HardTimeLimit"
 # every run of the tune's, speed and learning: one that crosses an epoch end of the user's training
 # split validates before it when a metric is watched there (segperf.callbacks.epoch_end_validation)
 EPOCH_ENDS = "+callbacks.tune_epoch_ends={_target_:segperf.callbacks.epoch_end_validation.EpochEndValidation}"
+# a speed probe's: a user's EarlyStopping judges its validations but does not end it (a probe
+# measures speed; stopped short, it would read as a cut, slower probe)
+PROBE_EPOCH_ENDS = EPOCH_ENDS.removesuffix("}") + ",probe:true}"
 # the hard limit, inside a step, at this multiple of the probe's time limit (Lightning's max_time,
 # checked after each step): a step that runs for minutes (fp16 emulated: 177 s a step) is stopped
 # inside it, while an ordinary probe ends at max_time, well before (segperf.callbacks.hard_time_limit)
@@ -168,7 +173,7 @@ class LaunchMeasure:
         images = (warmup + sharing + 2 * steady["max_steps"]) * batch
         size = [f"train_images={images}", f"val_images={self.probe['val_images']}", f"val_every_images={images}"]
         settings = ",".join(f"{key}:{value:.6g}" for key, value in steady.items())
-        limit = [f"+callbacks.tune_probe={{_target_:{STEADY_TARGET},{settings}}}", EPOCH_ENDS]
+        limit = [f"+callbacks.tune_probe={{_target_:{STEADY_TARGET},{settings}}}", PROBE_EPOCH_ENDS]
         if limit_s is not None:
             hard = f"{{_target_:{HARD_LIMIT_TARGET},seconds:{HARD_LIMIT_FACTOR * limit_s:.6g}}}"
             limit += [f"trainer.max_time={max_time(limit_s)}", f"+callbacks.tune_time_limit={hard}"]
