@@ -149,9 +149,9 @@ class _FakeTree:
     def __init__(self, rate: float) -> None:
         self.used, self.rate = 0.0, rate  # bytes grown so far, and a step's growth
 
-    def read(self) -> tuple[int, int]:
+    def read(self) -> tuple[int, int, int]:
         self.used += self.rate
-        return int(800 * MIB + self.used), int(500 * MIB + self.used)
+        return int(800 * MIB + self.used), int(500 * MIB + self.used), int(500 * MIB + self.used)
 
     def close(self) -> None:
         pass

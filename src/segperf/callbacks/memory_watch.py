@@ -2,14 +2,14 @@
 
 A run that leaks dies by the OOM killer before any end-of-fit summary is written, so this part
 speaks during the run: every `every_n_steps` training steps it reads the host memory of the
-process tree (segperf.perf.host_memory: private bytes, DataLoader workers included; one pread
-per process, a few microseconds) and, on a GPU, torch's allocated and reserved bytes (host-side
-counters: no synchronization). segperf.perf.memory_trend judges the trend after warm-up and
-after the first validation; once creep is confirmed it logs ONE warning through the "segperf"
-logger, with the step (and the wall time) at which the process reaches the memory left to it,
-and again only when that forecast halves. Every `log_every_n_steps` it logs `perf/rss_bytes`
-(and the device's memory) to the trainer's loggers. At the end `record(results)` writes
-results.json's `memory`.
+process tree (segperf.perf.host_memory: the main process's private bytes and what each DataLoader
+worker added since it started; one pread per process, a few microseconds) and, on a GPU, torch's
+allocated and reserved bytes (host-side counters: no synchronization).
+segperf.perf.memory_trend judges the trend after warm-up and after the first validation; once
+creep is confirmed it logs ONE warning through the "segperf" logger, with the step (and the wall
+time) at which the process reaches the memory left to it, and again only when that forecast
+halves. Every `log_every_n_steps` it logs `perf/rss_bytes` (and the device's memory) to the
+trainer's loggers. At the end `record(results)` writes results.json's `memory`.
 
 Why not Lightning's DeviceStatsMonitor: it logs torch's device memory stats per step but judges
 nothing, sees no host memory of DataLoader workers, and forecasts nothing.
@@ -46,7 +46,9 @@ DEVICE_MIN_RISE = 16 * MIB
 PRESSURE_SHARE = 0.9
 OVERHANG_SHARE = 0.25
 OVERHANG_BYTES = 1024 * MIB
-HOST_WHAT = "host memory (private bytes of the process tree, DataLoader workers included)"
+HOST_WHAT = "host memory (private bytes of the process and of its DataLoader workers)"
+# the host series judged for creep (segperf.perf.host_memory: each page once, a worker's copy of its parent not)
+HOST_MEASURE = "private bytes of the main process + what each DataLoader worker added since it started"
 ADVICE = (
     "something keeps memory from step to step: tensors kept in a list, a loss or an output kept "
     "without .detach() or .item(), a cache that grows"
@@ -77,7 +79,7 @@ class MemoryWatch(L.Callback):
         self.device: torch.device | None = None
         self.steps = 0
         self.rank, self.world_size = 0, 1
-        self.peak_resident = 0
+        self.peak_resident = self.peak_tree_private = 0
         self.warnings: list[dict[str, Any]] = []  # each warning logged: step, time, forecast
         self.failed: str | None = None
         self.cost_s = 0.0
@@ -121,9 +123,10 @@ class MemoryWatch(L.Callback):
 
     def _step(self, trainer) -> None:
         step, now = self.steps, time.perf_counter()
-        resident, private = self.tree.read()
+        resident, private, own = self.tree.read()
         self.peak_resident = max(self.peak_resident, resident)
-        self.host.add(step, private)
+        self.peak_tree_private = max(self.peak_tree_private, private)
+        self.host.add(step, own)  # not `private`: forked workers would count the parent's pages again
         allocated = reserved = None
         if self.device_trend is not None:
             allocated, reserved = torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
@@ -256,7 +259,7 @@ class MemoryWatch(L.Callback):
             trend.judge()
         creep = self.creep()
         memory["trend"] = {
-            "host": {"measure": "private bytes of the process tree", **self.host.section()},
+            "host": {"measure": HOST_MEASURE, **self.host.section()},
             "device": None
             if self.device_trend is None
             else {"measure": "torch allocated bytes", **self.device_trend.section()},
@@ -284,6 +287,7 @@ class MemoryWatch(L.Callback):
             "host": {
                 "peak_bytes": peak,
                 "peak_private_bytes": self.host.peak_bytes,
+                "tree_private_peak_bytes": self.peak_tree_private or None,  # workers' copy-on-write pages included
                 "capacity_bytes": capacity,
                 "capacity_from": "cgroup memory limit" if room["limited_by"] == "cgroup memory limit" else "RAM",
                 "fraction": peak / capacity if peak and capacity else None,

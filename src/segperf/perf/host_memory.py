@@ -10,6 +10,13 @@ the shared page counts): `private = resident - shared` (anonymous pages) and `re
 The tree is this process and its descendants (DataLoader workers), minus the subtrees of the
 children that already existed when training started (`exclude`): under Lightning's DDP on one
 machine the other ranks are children of rank 0, and their memory is theirs, not rank 0's.
+
+A forked worker starts with the parent's pages mapped copy-on-write, and statm counts them as the
+worker's own: summed over the tree, a leak in the main process counts once more for each worker
+started after it (non-persistent workers restart every epoch, each a copy of a bigger parent), and
+the tree seems to grow faster than anything leaks. So `own` is the main process's private bytes
+plus what each descendant added since it was first seen: what the tree itself allocates, each
+page once; the plain sum stays as `private`.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -45,6 +53,12 @@ def children(pid: int) -> list[int]:
     return found
 
 
+class TreeReading(NamedTuple):
+    resident: int  # RSS summed over the tree (shared pages once per process that maps them)
+    private: int  # private (anonymous) bytes summed over the tree: a worker's copy-on-write pages included
+    own: int  # the root's private bytes + each descendant's growth since first seen (module doc)
+
+
 class TreeMemory:
     """Resident and private bytes of a process tree, per read; the tree re-listed every `refresh_s`."""
 
@@ -53,6 +67,7 @@ class TreeMemory:
         self.exclude = set(exclude or ())
         self.refresh_s = refresh_s
         self._fds: dict[int, int | psutil.Process] = {}
+        self._first: dict[int, int] = {}  # a descendant's private bytes when first read
         self._next_refresh = 0.0
 
     def _pids(self) -> list[int]:
@@ -78,11 +93,11 @@ class TreeMemory:
                 pass
         self._next_refresh = time.perf_counter() + self.refresh_s
 
-    def read(self) -> tuple[int, int]:
-        """(resident bytes, private bytes) summed over the tree now."""
+    def read(self) -> TreeReading:
+        """The tree's memory now (TreeReading)."""
         if time.perf_counter() >= self._next_refresh:
             self._refresh()
-        resident = private = 0
+        resident = private = own = 0
         for pid, fd in list(self._fds.items()):
             try:
                 if isinstance(fd, int):
@@ -96,9 +111,11 @@ class TreeMemory:
                 continue
             resident += rss
             private += rss - shared
-        return resident, private
+            own += rss - shared if pid == self.root else rss - shared - self._first.setdefault(pid, rss - shared)
+        return TreeReading(resident, private, own)
 
     def _close(self, pid: int) -> None:
+        self._first.pop(pid, None)
         fd = self._fds.pop(pid, None)
         if isinstance(fd, int):
             os.close(fd)
