@@ -7,8 +7,13 @@ loop of a fit (train start to train end, validations included) this callback tim
 blocking collective torch.distributed runs on the training thread (segperf.perf.collectives
 says how, and how on CUDA) and files each under the phase the loop is in, from Lightning's hooks:
 `forward` (batch start to the first backward: DDP's forward and the training step), `backward`,
-`optimizer` (the backward's end to the batch end), `between` (a batch's end to the next one's
-start: the next fetch and the callbacks at the step's edges), and outside the steps `validation`.
+`optimizer` (the backward's end to the batch end), `fetch` (inside the training loader's fetch:
+a collective there, in a user's dataset or sampler, would otherwise read as data wait), `between`
+(the rest of a batch's end to the next one's start: Lightning's per-step SIGTERM broadcast, the
+callbacks at the step's edges), and outside the steps `validation`. Each is also filed by where it
+sits in the phase table (the profiler tap's open action: segperf.perf.meetings.TABLE_WAITS), so that
+the verdict takes it out of the phase that holds it: a barrier in a callback's on_train_batch_start
+sits in the framework's time, not the forward's.
 The gradient all-reduce is not among them: DDP runs it asynchronously (`async_op=True`), and its
 wait is timed by segperf.callbacks.allreduce_wait's communication hook.
 
@@ -32,7 +37,7 @@ import lightning as L
 import torch
 
 from segperf.perf.collectives import CollectiveTimer, cuda_events, device_seconds
-from segperf.perf.meetings import StepWaits, add_waits
+from segperf.perf.meetings import SPLIT_OF, StepWaits, add_waits
 
 
 class CollectiveWait(L.Callback):
@@ -46,6 +51,7 @@ class CollectiveWait(L.Callback):
         self._phase = "outside"
         self._current = StepWaits()
         self._pending: list[tuple[StepWaits, str, Any]] = []  # device waits not yet complete
+        self._tap: Any = None  # the trainer's profiler tap: which phase-table action is open
 
     # -- the fit's training loop ----------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
@@ -56,6 +62,8 @@ class CollectiveWait(L.Callback):
         events = self._events
         if events is None and trainer.strategy.root_device.type == "cuda":
             events = cuda_events  # NCCL returns before the collective is done: time it on the stream
+        profiler = getattr(trainer, "profiler", None)
+        self._tap = profiler if hasattr(profiler, "open_phase") else None  # PhaseClock's PhaseTap
         self._timer = CollectiveTimer(self._waited, events)
         self._timer.install()
         self._phase = "between"
@@ -104,10 +112,15 @@ class CollectiveWait(L.Callback):
 
     # -- each collective ------------------------------------------------------------------------
     def _waited(self, name: str, host_s: float, device: Any) -> None:
-        phase = self._phase
-        target = self._current if phase in ("between", "forward", "backward", "optimizer") else self.outside
+        phase, where = self._phase, None
+        if self._tap is not None:
+            within = self._tap.open_phase()  # None: the loop's own time between the profiled actions
+            if within == "data_wait" and phase == "between":
+                phase = "fetch"
+            where = (SPLIT_OF.get(phase) if within == "train_step" else within) or "framework"
+        target = self._current if phase in ("between", "fetch", *SPLIT_OF) else self.outside
         self.calls[name] += 1
-        target.add(phase, host_s, None if device is not None else host_s)
+        target.add(phase, host_s, None if device is not None else host_s, where)
         if device is not None:
             self._pending.append((target, phase, device))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from lightning.pytorch.profilers import PassThroughProfiler, Profiler
 
+from segperf.perf.phase_names import PHASES
 from segperf.perf.phases import Interval, phase_of_action
 
 LOG_ACTION = "segperf.log_metrics"
@@ -78,6 +79,12 @@ class PhaseTap(Profiler):
             self._open[action_name] = now
         self.own_s += now - entered
         self.inner.start(action_name)
+
+    def open_phase(self) -> str | None:
+        """The phase of the timed actions open now, the first in PHASES where several are (None: none
+        is): where a collective that runs now sits in the phase table (segperf.callbacks.collective_wait)."""
+        phases = [phase_of_action(action) for action in self._open]
+        return min(phases, key=PHASES.index) if phases else None
 
     def stop(self, action_name: str) -> None:
         self.inner.stop(action_name)

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-# the phases of a step a collective can sit in (segperf.callbacks.collective_wait)
-WAIT_PHASES = ("between", "forward", "backward", "optimizer")
+# the phases of a step a collective can sit in (segperf.callbacks.collective_wait): `fetch` is the
+# training loader's fetch, `between` the rest of the time between two steps
+WAIT_PHASES = ("between", "fetch", "forward", "backward", "optimizer")
 # the rows' mean wait per step in each meeting, and how the summary heads its column
 WAIT_COLUMNS = {
+    "fetch_wait_mean_s": "fetch wait",
     "forward_wait_mean_s": "fwd wait",
     "backward_wait_mean_s": "bwd wait",
     "allreduce_wait_mean_s": "in AR",
@@ -41,37 +43,56 @@ MEETING_NAMES = {
 }
 
 
+# where in the phase table a wait can sit: a part of train_step's split, or a phase between steps
+SPLIT_PARTS = ("forward", "backward", "optimizer_step")
+BETWEEN_WAITS = ("data_wait", "batch_to_device", "logging", "checkpoint", "framework")
+TABLE_WAITS = (*SPLIT_PARTS, *BETWEEN_WAITS)
+# the train_step split's part for a step phase of CollectiveWait's
+SPLIT_OF = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}
+
+
 class StepWaits:
     """One step's time blocked in collectives, per phase: `waits` as the meeting's wait (on CUDA the
-    device's), `host` as the host's (what to take out of a host-timed phase)."""
+    device's), `host` as the host's (what to take out of a host-timed phase), and `table` the host's
+    by where it sat in the phase table (TABLE_WAITS: what the verdict takes it out of)."""
 
-    __slots__ = ("host", "waits")
+    __slots__ = ("host", "table", "waits")
 
     def __init__(self) -> None:
         self.waits: dict[str, float] = {}
         self.host: dict[str, float] = {}
+        self.table: dict[str, float] = {}
 
-    def add(self, phase: str, host_s: float, wait_s: float | None) -> None:
+    def add(self, phase: str, host_s: float, wait_s: float | None, where: str | None = None) -> None:
+        """`where`: the phase-table part it sat in (None: the split part of a step phase)."""
         self.host[phase] = self.host.get(phase, 0.0) + host_s
+        where = where or SPLIT_OF.get(phase, phase)
+        self.table[where] = self.table.get(where, 0.0) + host_s
         if wait_s is not None:
             self.waits[phase] = self.waits.get(phase, 0.0) + wait_s
 
 
 def verdict_waits(parts: dict[str, Any]) -> dict[str, float]:
-    """Seconds of each part of the train_step split (forward, backward, optimizer_step) this rank
-    spent waiting for the others over its steady-state steps (host time: what the phase table
-    holds), from `segperf.perf.ranks.step_parts`; the verdict reads them as waiting, not compute."""
+    """Seconds this rank spent waiting for the others over its steady-state steps, by where they sat
+    in the phase table (TABLE_WAITS: a part of the train_step split, or a phase between steps such as
+    the data wait or the framework's), host time: what the phase table holds; from
+    `segperf.perf.ranks.step_parts`. The verdict reads them as waiting, not compute, data or overhead."""
     sums = parts.get("host_wait_s") or {}
-    return {part: float(sums.get(part) or 0.0) for part in ("forward", "backward", "optimizer_step")}
+    return {part: float(sums.get(part) or 0.0) for part in TABLE_WAITS}
 
 
 def add_waits(results: dict[str, Any], parts: dict[str, Any]) -> None:
-    """This rank's waits into its phase table for the verdict: `phases.train_step.waits_s` (the
-    table's seconds are unchanged: the phase table stays what each phase lasted)."""
-    step = (results.get("phases") or {}).get("train_step")
+    """This rank's waits into its phase table for the verdict: `phases.train_step.waits_s` (by part
+    of its split) and `rank_wait_s` of each phase between steps that held some (the table's seconds
+    are unchanged: the phase table stays what each phase lasted)."""
+    phases = results.get("phases") or {}
     waits = verdict_waits(parts)
-    if step is not None and any(waits.values()):
-        step["waits_s"] = waits
+    split = {part: waits[part] for part in SPLIT_PARTS}
+    if phases.get("train_step") is not None and any(split.values()):
+        phases["train_step"]["waits_s"] = split
+    for phase in BETWEEN_WAITS:
+        if waits[phase] > 0 and phases.get(phase) is not None:
+            phases[phase]["rank_wait_s"] = waits[phase]
 
 
 def run_verdict(own: dict[str, Any] | None, rows: list[dict[str, Any]], found: dict[str, Any] | None) -> Any:

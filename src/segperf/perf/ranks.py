@@ -32,13 +32,13 @@ import socket
 from statistics import fmean, median
 from typing import Any
 
-from segperf.perf.meetings import WAIT_COLUMNS, WAIT_PHASES, run_verdict
+from segperf.perf.meetings import BETWEEN_WAITS, TABLE_WAITS, WAIT_COLUMNS, WAIT_PHASES, run_verdict
 from segperf.perf.memory_trend import memory_row
 
 # a rank's own step, part by part, waits left out: the cause named for a straggler (the first
 # key a row has; a row from before the waits were measured has the forward whole)
 CAUSES = {
-    "data": ("data_wait_mean_s",),
+    "data": ("data_own_mean_s", "data_wait_mean_s"),
     "host": ("forward_compute_mean_s", "forward_mean_s"),
     "backward": ("backward_compute_mean_s",),
     "optimizer": ("optimizer_compute_mean_s",),
@@ -63,17 +63,19 @@ def _mean(values: list[float]) -> float | None:
 
 
 # a rank's per-step parts (step_values' lists; step_parts' means of them): its phases, the host
-# time it was blocked in each (taken out of it), and its wait in each meeting (segperf.perf.meetings)
+# time it was blocked in each (taken out of it; by where it sat in the phase table, for the
+# verdict), and its wait in each meeting (segperf.perf.meetings)
 PARTS = (
     "data_wait",
+    "data_own",
     "train_step",
     "forward",
     "backward_compute",
     "allreduce_wait",
     "optimizer",
     "forward_host_wait",
-    "backward_host_wait",
     "optimizer_host_wait",
+    *(f"{where}_table_wait" for where in TABLE_WAITS),
     *(f"{phase}_wait" for phase in WAIT_PHASES),
     "meeting_wait",
 )
@@ -104,31 +106,39 @@ def step_values(
     for i in range(skip, n):
         (start, end), (before, after) = steps[i], backward[i]
         met = meetings[i] if meetings is not None and i < len(meetings) else None
+        host, table = (met.host, met.table) if met is not None else ({}, {})
+        own_data = waits[i] - min(waits[i], host.get("fetch", 0.0))  # a wait inside the fetch left out
         values["train_step"].append(end - start)
         values["data_wait"].append(waits[i])
+        values["data_own"].append(own_data)
+        for where in BETWEEN_WAITS:  # between the steps: the verdict's data wait, framework, ...
+            values[f"{where}_table_wait"].append(table.get(where, 0.0))
         if met is not None:
             for phase in WAIT_PHASES:
                 values[f"{phase}_wait"].append(met.waits.get(phase, 0.0))
         if before is None or after is None or not start <= before <= after <= end:
             continue
-        host = met.host if met is not None else {}
         forward_wait = min(before - start, host.get("forward", 0.0))
         values["forward"].append(before - start)
         values["forward_host_wait"].append(forward_wait)
         values["optimizer"].append(end - after)
         values["optimizer_host_wait"].append(min(end - after, host.get("optimizer", 0.0)))
+        # inside train_step (its split), for the verdict: a call outside run_training_batch (a
+        # callback's hook at the batch's start) sits in the framework's time, filed there
+        values["forward_table_wait"].append(min(before - start, table.get("forward", 0.0)))
+        values["optimizer_step_table_wait"].append(min(end - after, table.get("optimizer_step", 0.0)))
         bucket = last_bucket[i] if last_bucket is not None and i < len(last_bucket) else None
-        arrival = waits[i] + before - start - forward_wait  # waits left out: its own time
+        arrival = own_data + before - start - forward_wait  # waits left out: its own time
         if bucket is not None and before <= bucket <= after:
             in_backward = min(bucket - before, host.get("backward", 0.0))  # SyncBatchNorm's all-reduce
             values["backward_compute"].append(bucket - before - in_backward)
             values["allreduce_wait"].append(after - bucket)
-            values["backward_host_wait"].append(in_backward + after - bucket)
+            values["backward_table_wait"].append(min(bucket - before, table.get("backward", 0.0)) + after - bucket)
             arrival += bucket - before - in_backward
             if met is not None:
                 values["meeting_wait"].append(sum(met.waits.values()) + after - bucket)
         else:
-            values["backward_host_wait"].append(min(after - before, host.get("backward", 0.0)))
+            values["backward_table_wait"].append(min(after - before, table.get("backward", 0.0)))
         values["arrivals"].append(arrival)
     return values
 
@@ -158,8 +168,7 @@ def step_parts(
     parts["steps"] = len(values["train_step"]) + (folded or {}).get("train_step", (0.0, 0))[1]
     parts["arrivals"] = [round(a, 6) for a in values["arrivals"][-ARRIVALS_KEPT:]]
     parts["waits"] = [round(w, 6) for w in values["meeting_wait"][-ARRIVALS_KEPT:]]
-    split = {"forward": "forward", "backward": "backward", "optimizer_step": "optimizer"}
-    parts["host_wait_s"] = {name: totals[f"{part}_host_wait"] for name, part in split.items()}
+    parts["host_wait_s"] = {where: totals[f"{where}_table_wait"] for where in TABLE_WAITS}
     return parts
 
 
@@ -176,9 +185,10 @@ def rank_row(results: dict[str, Any], trainer, parts: dict[str, Any] | None = No
     device_step = results.get("jitter", {}).get("device_step") or {}
     resources = results.get("resources") or {}
     forward = _less(parts.get("forward_mean_s"), parts.get("forward_host_wait_mean_s"))
+    data = parts.get("data_own_mean_s", parts.get("data_wait_mean_s"))
     ready = None
-    if forward is not None and parts.get("data_wait_mean_s") is not None:
-        ready = parts["data_wait_mean_s"] + forward + (parts.get("backward_compute_mean_s") or 0.0)
+    if forward is not None and data is not None:
+        ready = data + forward + (parts.get("backward_compute_mean_s") or 0.0)
     return {
         "rank": trainer.global_rank,
         "node_rank": trainer.node_rank,
@@ -192,6 +202,7 @@ def rank_row(results: dict[str, Any], trainer, parts: dict[str, Any] | None = No
         "wall_s": train.get("wall_s"),
         "data_wait_s": parts.get("data_wait_s"),
         "data_wait_mean_s": parts.get("data_wait_mean_s"),
+        "data_own_mean_s": data,  # its data wait less its waits for the others inside the fetch
         "train_step_s": parts.get("train_step_s"),
         "train_step_mean_s": parts.get("train_step_mean_s"),
         "forward_mean_s": parts.get("forward_mean_s"),

@@ -325,7 +325,7 @@ def _rank_rows(dist: dict[str, Any], unit: str) -> list[str]:
         rows.append(
             f"{r['rank']:>4} {str(r.get('host', '?'))[:15]:<16}{str(r.get('device', '?'))[:8]:<9}"
             f"{r.get('images') or 0:>8,}{r.get('steps') or 0:>7,}"
-            f"{_num(r.get('images_per_s'), ',.1f'):>10}{_ms(r.get('data_wait_mean_s')):>11}"
+            f"{_num(r.get('images_per_s'), ',.1f'):>10}{_ms(r.get('data_own_mean_s', r.get('data_wait_mean_s'))):>11}"
             f"{_ms(r.get('train_step_mean_s')):>11}{_ms(forward):>10}"
             f"{_ms(r.get('backward_compute_mean_s')):>10}"
             + "".join(f"{_ms(r.get(k)):>16}" for k in meetings)
@@ -352,10 +352,11 @@ def _distributed_notes(dist: dict[str, Any] | None, unit: str) -> list[str]:
     return [
         f"Data-parallel run: {unit} and train {unit}/s add up all ranks; phases, resources, jitter, TFLOP/s and "
         "MFU are rank 0's (per device; its process tree holds the ranks Lightning started on its node). "
-        "fwd and bwd = this rank's own forward and backward (to its last gradient bucket), its waits for the other "
-        "ranks left out; in AR = its wait inside the gradient all-reduce, fwd/bwd/opt/betw. wait = its wait in the "
-        "collectives where the ranks meet in that phase (DDP's buffer broadcast, SyncBatchNorm, sync_dist logging, "
-        "barriers; betw. = between steps); ready = data wait + fwd + bwd: when it joins the all-reduce.",
+        "wait, fwd and bwd = this rank's own data wait, forward and backward (to its last gradient bucket), its waits "
+        "for the other ranks left out; in AR = its wait inside the gradient all-reduce, fetch/fwd/bwd/opt/betw. wait = "
+        "its wait in the collectives where the ranks meet in that phase (DDP's buffer broadcast, SyncBatchNorm, "
+        "sync_dist logging, barriers; fetch = inside the data fetch, betw. = elsewhere between steps); ready = wait + "
+        "fwd + bwd: when it joins the all-reduce.",
     ]
 
 

@@ -46,7 +46,7 @@ THRESHOLDS: dict[str, float] = {
     # where one thread fewer ran 0.67-0.69x as fast.
     "contended_workers_cores": 0.5,
     # share of steady-state training time a data-parallel rank spent waiting for the other ranks
-    # where they meet (phases.train_step.waits_s) above which waiting is its bottleneck
+    # where they meet (phases.train_step.waits_s, each phase's rank_wait_s) above which waiting is its bottleneck
     # (rank-wait-bound); the run's verdict is then the rank it waits for (segperf.perf.meetings)
     "rank_wait_fraction": 0.2,
 }
@@ -83,6 +83,12 @@ def _seconds(phases: dict[str, dict], name: str) -> float:
     return float((phases.get(name) or {}).get("wall_s") or 0.0)
 
 
+def _own(phases: dict[str, dict], name: str) -> float:
+    """A phase's seconds less what a data-parallel rank spent in it waiting for the other ranks
+    (`rank_wait_s`: a collective inside the data fetch or between the steps, segperf.perf.meetings)."""
+    return _seconds(phases, name) - float((phases.get(name) or {}).get("rank_wait_s") or 0.0)
+
+
 def _pct(x: float) -> str:
     return f"{x:.0%}"
 
@@ -113,8 +119,9 @@ def verdict(
     baseline run of unknown workload, segperf.perf.advice.BASELINE). kind is one of "warm-up-bound",
     "data-bound", "copy-bound", "overhead-bound", "rank-wait-bound", "compute-bound" or "unknown"
     (with the reason). A data-parallel rank's time blocked waiting for the other ranks inside its
-    steps (`phases["train_step"]["waits_s"]`: seconds per part of the split) is never read as
-    compute: it is a candidate of its own, and the compute shares leave it out.
+    steps (`phases["train_step"]["waits_s"]`: seconds per part of the split) and between them
+    (`phases[p]["rank_wait_s"]`: in the data fetch, the framework's time, ...) is never read as
+    compute, data or overhead: it is a candidate of its own, and the other shares leave it out.
     Warm-up is judged first (if it dominates, steady-state shares describe too little of the run);
     then among data, copy and overhead the one with the largest share of the loop wins; compute
     (train_step) is what remains when none passes its threshold, and names its split (forward,
@@ -154,11 +161,12 @@ def verdict(
         )
         return {"kind": "unknown", "text": text, "overrides": []}
     loop = steady + _seconds(phases, "validation") + _seconds(phases, "checkpoint")
-    data_share = _seconds(phases, "data_wait") / steady
-    copy_share = _seconds(phases, "batch_to_device") / steady
-    overhead_share = sum(_seconds(phases, p) for p in OVERHEAD_PHASES) / loop
+    data_share = _own(phases, "data_wait") / steady
+    copy_share = _own(phases, "batch_to_device") / steady
+    overhead_share = sum(_own(phases, p) for p in OVERHEAD_PHASES) / loop
     waits = (phases.get("train_step") or {}).get("waits_s") or {}
-    wait_share = sum(waits.values()) / steady
+    between = sum(_seconds(phases, p) - _own(phases, p) for p in STEADY_PHASES)  # waits outside the step
+    wait_share = (sum(waits.values()) + between) / steady
     gpu = _gpu_fraction(gpu_util_mean)
     starved = starved_fraction or 0.0
 
@@ -188,8 +196,8 @@ def verdict(
         why = " (pinned memory lets the copy overlap compute)" if "pin=on" in overrides else ""
         text += _try(overrides, "pinned memory and prefetching are on already", why=why)
     elif kind == "overhead-bound":
-        worst = max(OVERHEAD_PHASES, key=lambda p: _seconds(phases, p))
-        parts = ", ".join(f"{p} {_pct(_seconds(phases, p) / loop)}" for p in OVERHEAD_PHASES if _seconds(phases, p))
+        worst = max(OVERHEAD_PHASES, key=lambda p: _own(phases, p))
+        parts = ", ".join(f"{p} {_pct(_own(phases, p) / loop)}" for p in OVERHEAD_PHASES if _own(phases, p))
         overrides = untried(levers[worst], settings)
         text = (
             f"overhead-bound: {_pct(overhead_share)} of the training loop in validation, logging, checkpoints "
@@ -201,8 +209,8 @@ def verdict(
         overrides = []
         text = (
             f"rank-wait-bound: {_pct(wait_share)} of training time waiting for the other ranks where they meet "
-            "(collectives inside the step, the gradient all-reduce); the rank they wait for sets the pace: "
-            "its own verdict is the run's"
+            "(collectives inside and between the steps, the gradient all-reduce); the rank they wait for sets the "
+            "pace: its own verdict is the run's"
         )
     else:
         step_share = (_seconds(phases, "train_step") - sum(waits.values())) / steady
