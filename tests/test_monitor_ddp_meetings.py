@@ -67,3 +67,20 @@ def test_a_batchnorm_nets_rank_slow_in_its_backward_is_named_for_its_backward(tm
     found = results["distributed"]["straggler"]
     assert (found["rank"], found["cause"]) == (0, "backward"), found["text"]
     assert results["verdict"]["rank"] == 0 and results["verdict"]["kind"] != "rank-wait-bound"
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # alone: beside other tests' processes a rank's own steps stretch and hide part of the lag
+@pytest.mark.parametrize(("between", "meeting"), [("fetch", "fetch wait"), ("callback", "betw. wait")])
+def test_a_rank_waiting_between_the_steps_is_neither_data_bound_nor_overhead_bound(tmp_path, between, meeting):
+    # rank 0 waits for rank 1's late batch inside its own fetch, or at a callback's barrier
+    results = run(tmp_path, "--net", "bn", "--slow", "data", "--delay", "0.08", "--between", between)
+    dist = results["distributed"]
+    found = dist["straggler"]
+    assert (found["rank"], found["cause"]) == (1, "data") and meeting in found["text"], found["text"]
+    assert found["excess_s"]["data"] > 0.04  # against rank 0's own data time, not its wait
+    zero = dist["ranks"][0]
+    assert zero["data_own_mean_s"] < 0.04 < zero["data_wait_mean_s" if between == "fetch" else "between_wait_mean_s"]
+    own = results["verdict"]["rank0"]  # rank 0's own verdict: its waiting is waiting
+    assert own["kind"] not in ("data-bound", "overhead-bound", "compute-bound"), own["text"]
+    assert results["verdict"]["kind"] == "data-bound" and results["verdict"]["rank"] == 1
