@@ -17,6 +17,7 @@ from segperf.perf.results import write_json_atomic
 from segperf.quality import metric_names
 from segperf.report import flags as warn
 from segperf.report.decide import RULE, THROUGHPUT, baseline_of, decide, sweep_noise
+from segperf.report.memory import config_memory
 from segperf.report.mfu import mfu_summary
 from segperf.report.sweep import Configuration, Sweep
 
@@ -98,6 +99,7 @@ def configuration_data(
         "same_as": config.same_as,
         "quality": _quality(config, baseline, metric, mode),
         "measured_mfu": mfu_summary(config),
+        "memory": config_memory(config, baseline),  # peaks, their ratio to the baseline's, creep
         "first_job_outlier": None if outlier is None else outlier[0].job,
         "run_details": _runs(config, loads, path),
     }

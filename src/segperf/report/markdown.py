@@ -18,6 +18,7 @@ from pathlib import Path
 from segperf.report import charts, flags
 from segperf.report.comparability import mixed_machines_warning
 from segperf.report.export import write_report_json
+from segperf.report.memory import memory_section
 from segperf.report.sweep import Sweep
 from segperf.report.tables import (
     baseline_of,
@@ -67,6 +68,7 @@ def build_report(
         lines += training_section(sweep, train, baseline, ratios)
         lines += repeats_section(train, baseline)
         lines += data_parallel_section(train, baseline)
+        lines += memory_section(train, baseline)
         if charts_too:
             made = [
                 ("Training time by phase", charts.time_by_phase(train, out)),
