@@ -2,13 +2,13 @@
 
 A set of measuring parts, each a callback owning one concern as Lightning's ThroughputMonitor and
 DeviceStatsMonitor do: PhaseClock (phases, jitter, the train_step split, the sample rate),
-ResourceMonitor (CPU, RSS, GPU), MfuMonitor (FLOPs, MFU), AllReduceWait (under DDP, each rank's
-backward split into compute and its wait in the gradient all-reduce), ValidationMetrics and
-PerfScalars (what goes to the trainer's loggers). One rule passes Lightning's hooks on to them and
-keeps a failing part from the run (segperf.callbacks.parts: a monitor never breaks the run it
-measures); the record is assembled without Lightning (segperf.perf.fit_record). Under DDP every
-rank measures itself and sends its row to rank 0 at the end of `fit`, over a group of its own with
-a bounded timeout; rank 0 alone writes and logs the summary, the straggler named with its cause.
+ResourceMonitor (CPU, RSS, GPU), MfuMonitor (FLOPs, MFU), under DDP AllReduceWait (each rank's wait
+in the gradient all-reduce) and CollectiveWait (its waits wherever else the ranks meet: DDP's buffer
+broadcast, sync_dist, barriers), ValidationMetrics and PerfScalars (the loggers' scalars). One rule
+passes Lightning's hooks on to them and keeps a failing part from the run (segperf.callbacks.parts);
+the record is assembled without Lightning (segperf.perf.fit_record). Under DDP every rank measures
+itself and sends its row to rank 0 at the end of `fit`, over a group of its own with a bounded
+timeout; rank 0 alone writes and logs the summary, the straggler named with its cause.
 
 Output goes through `logging` (logger "segperf"): the summary at INFO, problems at WARNING.
 `logging.getLogger("segperf").setLevel(logging.WARNING)` silences the summary.
