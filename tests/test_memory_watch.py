@@ -322,3 +322,18 @@ def test_compare_says_when_a_faster_candidate_needs_twice_the_memory(tmp_path, c
     memory = compare_json(cand)["memory"]
     assert memory["ratio"]["host"] == pytest.approx(2.5)
     assert memory["ref_peak_bytes"]["host"] == 600 * MIB
+
+
+@pytest.mark.slow  # a million hook calls: ~15 s on a busy 2-core machine
+def test_a_million_steps_through_perfmonitors_memory_part_keep_its_record_bounded():
+    watch, trainer = PerfMonitor(peak_probe=False).memory, _fake_trainer("cpu", [])
+    watch.setup(trainer, None, "fit")
+    watch.tree = _FakeTree(rate=1024)  # a slow leak all run long: the trend, a warning, a forecast
+    for batch_idx in range(1_000_000):
+        watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    results: dict = {}
+    watch.record(results)
+    memory = results["memory"]
+    assert memory["creep"]["state"] == "confirmed" and len(memory["warnings"]) == 1
+    assert len(memory["trend"]["host"]["floors"]) <= 128 and memory["trend"]["host"]["block_steps"] >= 4096
+    assert len(json.dumps(memory)) < 20_000  # of results.json's 2 MB
