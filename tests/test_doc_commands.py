@@ -58,10 +58,6 @@ ALLOWED = {
         "run by tests/test_decision_rule_rates.py::"
         "test_every_cell_is_simulated_and_printed_with_its_uncertainty_and_sweep_size"
     ),
-    "python tests/fixtures/user_ddp_script.py": (
-        "run by tests/test_monitor_ddp.py::"
-        "test_a_rank_slow_in_its_backward_is_named_though_every_ranks_backward_lasts_as_long"
-    ),
     "python scripts/long_run_record.py": (
         "run by tests/test_long_run.py::test_the_long_run_script_reads_the_memory_and_the_records_size"
     ),
