@@ -1,5 +1,5 @@
 """`RunIf(min_gpus=1)`: skip a test, with the reason, where the hardware it needs is absent (as the
-lightning-hydra-template's `tests/helpers/run_if.py` does)."""
+lightning-hydra-template's RunIf helper does)."""
 
 from __future__ import annotations
 
