@@ -61,6 +61,8 @@ from segperf.config import CONFIG_DIR, available_cores  # noqa: E402
 from segperf.data.carvana.synthetic import generate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# another project's test suite, run by tests/test_template_suite.py in its own environment, not here
+collect_ignore = ["fixtures/lightning_hydra_template"]
 
 
 def share_the_cores_between_xdist_workers() -> None:
