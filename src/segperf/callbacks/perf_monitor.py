@@ -92,7 +92,6 @@ class PerfMonitor(L.Callback):
         measure: bool = True,
         peak_probe: bool = True,
     ) -> None:
-        show_on_console()
         self.dirpath = None if dirpath is None else Path(dirpath)
         self.measure = measure
         self.writes_files = True
@@ -157,6 +156,7 @@ class PerfMonitor(L.Callback):
 
     # -- Lightning's hooks, passed on to the parts ----------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
+        show_on_console()  # here, not at construction: under ddp_spawn each rank gets a pickled copy
         if stage == "fit":
             if self._fits:  # a second fit of the same Trainer: a record of its own
                 self._start_measuring()
