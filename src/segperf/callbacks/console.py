@@ -1,7 +1,7 @@
 """segperf's messages on the console, as Lightning's reach it.
 
 Lightning's package import gives its logger a handler of its own (lightning.pytorch's __init__);
-segperf does the same, but only when a PerfMonitor is made, not at import: importing segperf
+segperf does the same, but only when a PerfMonitor sets up a fit, not at import: importing segperf
 changes no handler the host process sees.
 """
 
