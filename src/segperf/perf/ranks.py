@@ -94,7 +94,8 @@ def step_values(
     `waits[i]`, `steps[i]` (start, end), `backward[i]` (first before-backward, last after-backward),
     `last_bucket[i]` (when its last gradient bucket was ready, or None: no all-reduce that step,
     or not measured) and `meetings[i]` (a segperf.perf.meetings.StepWaits: its time blocked in
-    collectives, per phase; None: not measured) belong to step i. Backward compute =
+    collectives, per phase; None: not measured) belong to step i. Own data time (`data_own`) =
+    the data wait less its time blocked inside the fetch. Backward compute =
     before-backward to the last bucket, less its time blocked in collectives there; all-reduce
     wait = the last bucket to after-backward. Without a bucket time the backward is not split (a
     single process, or a strategy without the hook). A step's `meeting_wait` (every wait of the
