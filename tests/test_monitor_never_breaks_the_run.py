@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import threading
 
 import lightning as L
 import pytest
@@ -118,3 +119,33 @@ def test_the_users_own_error_still_reaches_them_and_is_recorded(tmp_path):
     with pytest.raises(ValueError, match="their bug"):
         trainer.fit(Failing(), DataLoader(Points(True), batch_size=4))
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
+
+
+class Evaluated(Classifier):
+    def test_step(self, batch, batch_idx):
+        self.log("test_loss", self._loss(batch)[0])
+
+
+class BrokenTest(Classifier):
+    def test_step(self, batch, batch_idx):
+        raise RuntimeError("test step broke")
+
+
+def test_an_evaluation_without_a_fit_leaves_no_thread_and_no_record(tmp_path):
+    # the template's eval.py: trainer.test on a trained checkpoint, PerfMonitor among the callbacks
+    monitor = PerfMonitor(dirpath=tmp_path, peak_probe=False)
+    trainer = L.Trainer(callbacks=[monitor], logger=False, enable_progress_bar=False, accelerator="cpu", devices=1)
+    before = set(threading.enumerate())
+    trainer.test(Evaluated(), DataLoader(Points(True, n=8), batch_size=4))
+    assert set(threading.enumerate()) <= before  # no sampler thread left running
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_test_that_fails_after_a_fit_keeps_the_fits_record(tmp_path):
+    monitor = PerfMonitor(dirpath=tmp_path, peak_probe=False)
+    trainer = fit(monitor)
+    model = BrokenTest()
+    with pytest.raises(RuntimeError, match="test step broke"):
+        trainer.test(model, DataLoader(Points(True, n=8), batch_size=4))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "completed" and results["train"]["steps"] == STEPS

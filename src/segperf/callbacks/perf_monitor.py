@@ -100,9 +100,8 @@ class PerfMonitor(L.Callback):
         self._start_measuring()
 
     def hand_files_over(self) -> None:
-        """The caller writes results.json and summary.txt: PerfMonitor then only measures, and the
-        caller calls `record(results)` and (every rank) `gather(trainer, results)` when its run is
-        over. segperf's own runs do (segperf.training.record), after their last validation."""
+        """The caller writes results.json and summary.txt, calling `record(results)` and (every rank)
+        `gather(trainer, results)` when its run is over (segperf.training.record does)."""
         self.writes_files = False
 
     def _start_measuring(self) -> None:
@@ -125,11 +124,9 @@ class PerfMonitor(L.Callback):
         self.run_start: float | None = None
         self.trainer: L.Trainer | None = None
         self.loader: dict[str, Any] = {}  # the training DataLoader's and the Trainer's settings
-        self._folder: Path | None = None
-        self._gather_group: Any = None
+        self._folder, self._gather_group = None, None  # the output folder and the rows' process group (setup)
         self.long_run = RunFolder(self.clock)  # past its first steps, a long run is folded into totals
-        # how busy the machine was around a run whose record nothing else keeps (a user's script)
-        self._load_start: tuple[dict[str, Any], Any] | None = None
+        self._load_start: tuple[dict[str, Any], Any] | None = None  # the machine's load (a user's script)
 
     # -- the run around the Trainer -------------------------------------------------------------
     def begin(self) -> None:
@@ -156,6 +153,8 @@ class PerfMonitor(L.Callback):
 
     # -- Lightning's hooks, passed on to the parts ----------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" and self.run_start is None:
+            return  # a test/validate/predict with no fit (an eval script, a spawned test): nothing to measure
         show_on_console()  # here, not at construction: under ddp_spawn each rank gets a pickled copy
         if stage == "fit":
             if self._fits:  # a second fit of the same Trainer: a record of its own
@@ -185,9 +184,8 @@ class PerfMonitor(L.Callback):
         if self.measure and self.long_run.due():
             entered, parts = time.perf_counter(), self.parts
             fold, start = self.long_run.fold, self.run_start or 0.0
-            resources, allreduce = parts.get(self.resources), parts.get(self.allreduce)
-            collectives = parts.get(self.collectives)
-            parts.safely("folding a long run", fold, start, self._phase_intervals, resources, allreduce, collectives)
+            measured = (parts.get(p) for p in (self.resources, self.allreduce, self.collectives))
+            parts.safely("folding a long run", fold, start, self._phase_intervals, *measured)
             parts.hooks_s += time.perf_counter() - entered
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
@@ -198,6 +196,8 @@ class PerfMonitor(L.Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """The run failed: its record says so, on rank 0 (no collective: another rank may be gone)."""
         self.parts.call("on_exception", trainer, pl_module, exception)
+        if trainer.state.fn != "fit":
+            return  # a test/validate/predict failed: the fit's record, if any, was written at its end
         interrupted = isinstance(exception, KeyboardInterrupt)
         error = f"{type(exception).__name__}: {exception}".strip().rstrip(":")
         self._finish(trainer, {"status": "interrupted" if interrupted else "failed", "error": error})
@@ -229,14 +229,13 @@ class PerfMonitor(L.Callback):
         if "machine_load" not in results and self._load_start is not None:
             results["machine_load"] = safely("machine load", load_at_end, *self._load_start)
         results["machine"] = safely("the machine", machine_info) or {}  # the report refuses to mix machines
-        results.setdefault("notices", [])
         device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
         threads = torch.get_num_threads()  # as the run ended (ShareCores may have changed them)
-        fit_record.add_settings(results, trainer and device, trainer and trainer.precision, threads)
+        fit_record.add_settings(results, trainer and device, trainer and trainer.precision, threads)  # notices too
         if not self.measure:
             results["train"] = train_section(clock, sum(e - s for s, e in clock.validation), run)
             results["measurement"] = "off"
-            return self._not_measured(results)
+            return results.update(self._not_measured())
         actions = clock.intervals()
         device_split = safely("the device split", clock.device_split, clock.warmup_steps)
         table = fit_record.fill_timing(results, clock, self.spans, self.long_run, actions, run, device_split)
@@ -261,10 +260,10 @@ class PerfMonitor(L.Callback):
         if trainer is not None and trainer.is_global_zero and parts.get(self.scalars) is not None:
             resources = parts.get(self.resources)
             safely("the logger scalars", self.scalars.log_run, trainer, results, batches, resources, run[0])
-        self._not_measured(results)
+        results.update(self._not_measured())
 
-    def _not_measured(self, results: dict[str, Any]) -> None:
-        results.update({"not_measured": dict(self.parts.not_measured)} if self.parts.not_measured else {})
+    def _not_measured(self) -> dict[str, Any]:
+        return {"not_measured": dict(self.parts.not_measured)} if self.parts.not_measured else {}
 
     def step_parts(self) -> dict[str, Any]:
         """This rank's per-step parts after warm-up, held and folded (segperf.perf.ranks.step_parts)."""

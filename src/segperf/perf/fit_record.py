@@ -32,7 +32,9 @@ Span = tuple[float, float]
 
 
 def add_settings(results: dict[str, Any], device: Any, precision: Any, torch_threads: int) -> None:
-    """The device, precision and torch threads the run ended with, where its record has none yet."""
+    """The device, precision and torch threads the run ended with, where its record has none yet
+    (and its list of notices)."""
+    results.setdefault("notices", [])
     if device is not None:
         results.setdefault("device", str(device))
         results.setdefault("precision", str(precision))
