@@ -3,9 +3,9 @@
 The command line is a Hydra multirun of conf/tune.yaml whose sweeper is the tuner
 (hydra_plugins/segperf_tuner): Hydra composes the start (the training config with the same
 overrides `python -m segperf.train` takes) and the sweeper calls `tune()`. `run()` is the tune on
-one screen, each step a call into the module that owns it: the settings, the space and what this
-machine runs natively, the runs (every probe an ordinary training job, segperf.tune.probe_job),
-the search, what it leaves behind. `python -m segperf.tune calibrate TUNE_DIR` studies a finished
+one screen, each step a call into the module that owns it: the settings, the tune's folder and its
+journal, what this machine runs natively and the space, the runs (every probe an ordinary training
+job, segperf.tune.probe_job), the search, what it leaves behind. `python -m segperf.tune calibrate TUNE_DIR` studies a finished
 tune's probes against long runs (segperf.tune.calibrate).
 """
 
@@ -30,16 +30,16 @@ from segperf.command_line import (
 from segperf.config import CONFIG_DIR, cores_per_rank
 from segperf.errors import SegperfError
 from segperf.tune import later_noise, space
-from segperf.tune.journal import Journal, open_journal
+from segperf.tune.journal import Journal, open_tune_folder
 from segperf.tune.native import what_runs_here
-from segperf.tune.output import finish, tune_folder
+from segperf.tune.output import finish
 from segperf.tune.preset_choice import presets_here
 from segperf.tune.probe import Config, config_of
 from segperf.tune.probe_job import CONFIG_NAME, probe_job
 from segperf.tune.quality_runs import quality_measure, start_seed
 from segperf.tune.runner import speed_measure
-from segperf.tune.search import Tuner, TuneResult
-from segperf.tune.settings_check import checked_settings, search_arguments
+from segperf.tune.search import Tuner, TuneResult, search_arguments
+from segperf.tune.settings_check import checked_settings
 
 PROG = "python -m segperf.tune"
 NAME = "segperf.tune"  # how its lines start
@@ -87,7 +87,8 @@ def run(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) ->
     """The tune, top to bottom: `config` is the start as Hydra composed it, `loader` Hydra's config
     loader (each job composed as the launcher will), `launcher` Hydra's, `arguments` the overrides."""
     settings = checked_settings(config, arguments)
-    sweep_dir = tune_folder(config)
+    journal = open_tune_folder(config, settings)  # a rerun into it continues from its journal
+    sweep_dir = journal.path.parent
     choices = {str(k): v for k, v in config.hydra.runtime.choices.items()}
     start = start_of(arguments)
     # the space: what this machine runs natively, the axes of this workload, the presets as run here
@@ -98,7 +99,6 @@ def run(config: DictConfig, loader: Any, launcher: Any, arguments: list[str]) ->
     # the runs: probes for speed, learning runs for the quality guard, each a job of the launcher
     speed = speed_measure(config, loader, launcher, settings)
     quality = quality_measure(config, loader, launcher, settings, choices, notes)
-    journal = open_journal(sweep_dir, settings)
     tuner = Tuner(
         start,
         axes,

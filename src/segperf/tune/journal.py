@@ -148,9 +148,13 @@ class Journal:
                 raise WriteError(self.path, error, doing="cutting a torn line off the tune's journal") from error
 
 
-def open_journal(sweep_dir: Path, settings: Any) -> Journal:
-    """The tune folder's journal, after checking that its probes were of these settings' size
+def open_tune_folder(config: Any, settings: Any) -> Journal:
+    """The tune's folder (Hydra's sweep folder: made, the composed config in multirun.yaml as Hydra
+    writes it for a sweep) and its journal, once a rerun into it is known to be of the same probes
     (check_same_tune: tune.probe.*, tune.quality.*)."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
     probe = OmegaConf.to_container(settings.probe, resolve=True)
     check_same_tune(sweep_dir, {"probe": probe, "quality": OmegaConf.to_container(settings.quality)})
     return Journal(sweep_dir / "journal.jsonl")

@@ -40,15 +40,6 @@ KNOBS = ("data.num_workers", "data.prefetch_factor", "num_threads")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def tune_folder(config: Any) -> Path:
-    """The tune's folder (Hydra's sweep folder), made, with the composed config in multirun.yaml
-    as Hydra writes it for a sweep."""
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(config, sweep_dir / "multirun.yaml")
-    return sweep_dir
-
-
 def cached_preset() -> Path:
     """Where `+opt=tuned` is found: the newest tune's preset in segperf's cache folder."""
     return segperf_cache_dir() / "tune" / "opt" / "tuned.yaml"

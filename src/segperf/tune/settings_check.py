@@ -23,20 +23,6 @@ def checked_settings(config: DictConfig, arguments: list[str]) -> Any:
     return settings
 
 
-def search_arguments(settings: Any) -> dict[str, Any]:
-    """The search's settings (segperf.tune.search.Tuner's keywords) from tune.*."""
-    return {
-        "budget_s": settings.budget_minutes * 60,
-        "level": settings.level,
-        "min_runs": settings.min_runs,
-        "max_runs": settings.max_runs,
-        "quality_tolerance": settings.quality.tolerance,
-        "limit_factor": settings.probe.time_limit_factor,
-        "limit_floor_s": settings.probe.min_time_limit_s,
-        "screen_factor": settings.probe.screen_factor or None,
-    }
-
-
 def settings_problems(settings: Any) -> list[str]:
     """Every out-of-range tune setting, one line each."""
     problems = []

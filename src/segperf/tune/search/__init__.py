@@ -4,7 +4,7 @@ module each; tuner.py reads top to bottom."""
 from segperf.tune.search.budget import FINAL_GIVE_UP_FAILURES
 from segperf.tune.search.quality_guard import QUALITY_TOLERANCE
 from segperf.tune.search.records import QualityCheck, Step, TuneError, TuneResult
-from segperf.tune.search.tuner import Tuner
+from segperf.tune.search.tuner import Tuner, search_arguments
 from segperf.tune.search.verdicts import (
     FAILED,
     KEPT,
@@ -37,5 +37,6 @@ __all__ = [
     "TuneResult",
     "Tuner",
     "Verdict",
+    "search_arguments",
     "stops_compiling",
 ]

@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict
+from typing import Any
 
 from segperf.tune.journal import QUALITY, SPEED, Journal
 from segperf.tune.later_noise import NOT_COUNTED, LaterNoise
@@ -147,3 +148,17 @@ class Tuner:
             axes=[axis.name for axis in self.settings.axes],
             later_noise=asdict(self.settings.later),
         )
+
+
+def search_arguments(settings: Any) -> dict[str, Any]:
+    """The search's settings, Tuner's keywords, from the tune's (conf/tune.yaml `tune.*`)."""
+    return {
+        "budget_s": settings.budget_minutes * 60,
+        "level": settings.level,
+        "min_runs": settings.min_runs,
+        "max_runs": settings.max_runs,
+        "quality_tolerance": settings.quality.tolerance,
+        "limit_factor": settings.probe.time_limit_factor,
+        "limit_floor_s": settings.probe.min_time_limit_s,
+        "screen_factor": settings.probe.screen_factor or None,
+    }
