@@ -5,8 +5,8 @@ The command line is a Hydra multirun of conf/tune.yaml whose sweeper is the tune
 overrides `python -m segperf.train` takes) and the sweeper calls `tune()`. `run()` is the tune on
 one screen, each step a call into the module that owns it: the settings, the tune's folder and its
 journal, what this machine runs natively and the space, the runs (every probe an ordinary training
-job, segperf.tune.probe_job), the search, what it leaves behind. `python -m segperf.tune calibrate TUNE_DIR` studies a finished
-tune's probes against long runs (segperf.tune.calibrate).
+job, segperf.tune.probe_job), the search, what it leaves behind. `python -m segperf.tune calibrate
+TUNE_DIR` studies a finished tune's probes against long runs (segperf.tune.calibrate).
 """
 
 from __future__ import annotations
@@ -18,15 +18,7 @@ from typing import Any
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from segperf.command_line import (
-    SHOW_FLAGS,
-    options_first,
-    output_folder_problem,
-    override_key,
-    problems,
-    quote_path_values,
-    workload_choice_problem,
-)
+from segperf.command_line import SHOW_FLAGS, override_key, prepared, problems
 from segperf.config import CONFIG_DIR, cores_per_rank
 from segperf.errors import SegperfError
 from segperf.tune import later_noise, space
@@ -52,14 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         from segperf.tune.calibrate.cli import main as calibrate  # its own arguments, no Hydra
 
         return calibrate(argv[1:])
-    args = [a for a in options_first(argv) if a not in ("-m", "--multirun")]
-    args = quote_path_values(["-m", *args])[1:]  # paths as segperf prints them (`=` and `,` too)
-    if problem := output_folder_problem(["-m", *args], CONFIG_DIR / f"{CONFIG_NAME}.yaml"):
-        return problems(NAME, [problem])
-    if problem := workload_choice_problem(args, CONFIG_DIR):  # as segperf.train: whose model and data
-        return problems(NAME, [problem])
+    multirun = ("-m", "--multirun")
+    try:  # as segperf.train's: paths quoted as a sweep's, the sweep folder tried, whose model and data
+        args = prepared(["-m", *(a for a in argv if a not in multirun)], NAME, CONFIG_DIR / f"{CONFIG_NAME}.yaml")
+    except SystemExit as stopped:
+        return stopped.code
+    args = [a for a in args if a not in multirun]
     # what Hydra parses: a multirun (the sweeper is the tuner), unless a flag only shows something
-    shows = any(a in SHOW_FLAGS or a.split("=", 1)[0] in SHOW_FLAGS for a in args)
+    shows = any(a in SHOW_FLAGS or override_key(a) in SHOW_FLAGS for a in args)
     saved, sys.argv = sys.argv, [PROG, *([] if shows else ["--multirun"]), *args]
     try:
         probe_job()
