@@ -337,3 +337,39 @@ def test_a_million_steps_through_perfmonitors_memory_part_keep_its_record_bounde
     assert memory["creep"]["state"] == "confirmed" and len(memory["warnings"]) == 1
     assert len(memory["trend"]["host"]["floors"]) <= 128 and memory["trend"]["host"]["block_steps"] >= 4096
     assert len(json.dumps(memory)) < 20_000  # of results.json's 2 MB
+
+
+def _forked_worker(started, grow, grown, done) -> None:
+    started.set()
+    grow.wait(30)
+    own = b"\x01" * (32 * MIB)  # written: resident, and this worker's alone
+    grown.set()
+    done.wait(30)
+    del own
+
+
+def test_a_forked_workers_copy_of_its_parent_counts_once_and_what_it_adds_counts():
+    import multiprocessing
+
+    from segperf.perf.host_memory import TreeMemory
+
+    kept = b"\x02" * (64 * MIB)  # the parent's: a forked worker maps these pages too
+    context = multiprocessing.get_context("fork")  # as a DataLoader's workers start on Linux
+    started, grow, grown, done = (context.Event() for _ in range(4))
+    tree = TreeMemory(refresh_s=0.0)  # re-listed at each read: the worker is seen at once
+    before = tree.read()
+    worker = context.Process(target=_forked_worker, args=(started, grow, grown, done))
+    worker.start()
+    try:
+        assert started.wait(30)
+        seen = tree.read()
+        grow.set()
+        assert grown.wait(30)
+        after = tree.read()
+    finally:
+        done.set()
+        worker.join(30)
+    assert seen.private - before.private > 60 * MIB  # summed over the tree, the parent's pages twice
+    assert abs(seen.own - before.own) < 16 * MIB  # ... and once in what creep is judged on
+    assert 24 * MIB < after.own - seen.own < 48 * MIB  # what the worker allocated itself counts
+    assert len(kept) == 64 * MIB
