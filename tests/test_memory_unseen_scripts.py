@@ -24,7 +24,7 @@ MASK_BYTES = 8 * 96 * 100 * 4  # leak_kept_masks: the predictions one step keeps
 SAMPLES_BYTES = 8 * 3 * 128 * 256 * 4  # leak_growing_cache: a batch of cached samples (3 MiB)
 # glibc's malloc raises its mmap threshold to the largest block freed so far, and then serves the
 # step's temporaries from its heap around the kept tensors: the heap fragments, and a 300 KiB-a-step
-# leak costs the process 400 KiB to 1.2 MiB a step (measured). A fixed threshold gives each kept
+# leak costs the process 0.4 to 1.4 MiB a step, in bursts (measured). A fixed threshold gives each kept
 # tensor a mapping of its own, so the process grows by what the script keeps and no more: the runs
 # that test the rate against the bytes kept set one (the default allocator is tested below).
 EXACT_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -72,10 +72,13 @@ def test_a_module_that_keeps_its_predictions_is_caught_at_the_rate_it_keeps(tmp_
 
 
 def test_under_glibcs_default_malloc_the_rate_is_what_the_process_grows_never_less_than_kept(tmp_path):
+    # the heap grows in bursts: 1.4 MiB a step for 200 steps, then not at all while new kept tensors
+    # fill the holes it left (one run); the trend says what it measured while memory grew
     results, output, fit_returned = run_script(KEPT_MASKS, tmp_path)
-    creep = results["memory"]["creep"]
-    assert creep["state"] == "confirmed" and creep["host_bytes_per_step"] >= 0.65 * MASK_BYTES
-    assert results["memory"]["warnings"][0]["time"] < fit_returned
+    memory = results["memory"]
+    assert memory["trend"]["host"]["state"] in ("confirmed", "stopped"), memory["trend"]["host"]
+    assert memory["trend"]["host"]["bytes_per_step"] >= 0.65 * MASK_BYTES
+    assert memory["warnings"][0]["time"] < fit_returned and "segperf: memory creep" in output
 
 
 def test_the_module_without_the_leak_reports_no_creep(tmp_path):
@@ -125,3 +128,9 @@ def test_a_leak_on_one_ddp_rank_of_an_unseen_script_names_that_rank(tmp_path):
     assert rows[1]["creep"] == "confirmed" and rows[0]["creep"] != "confirmed"
     assert 0.65 * MASK_BYTES <= rows[1]["host_bytes_per_step"] <= 1.35 * MASK_BYTES
     assert "rank 1 creeps" in next(tmp_path.rglob("summary.txt")).read_text()
+
+
+def test_a_cache_that_restarting_workers_fill_each_epoch_is_not_warned_as_creep(tmp_path):
+    # 3 MiB a step into each epoch's workers, freed when they stop: it grows only while the epoch lasts
+    results, output, _ = run_script(GROWING_CACHE, tmp_path, *NON_PERSISTENT, env=EXACT_MALLOC)
+    assert not results["memory"]["warnings"] and "memory creep" not in output

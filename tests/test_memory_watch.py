@@ -373,3 +373,46 @@ def test_a_forked_workers_copy_of_its_parent_counts_once_and_what_it_adds_counts
     assert abs(seen.own - before.own) < 16 * MIB  # ... and once in what creep is judged on
     assert 24 * MIB < after.own - seen.own < 48 * MIB  # what the worker allocated itself counts
     assert len(kept) == 64 * MIB
+
+
+class _SawTree(_FakeTree):
+    """Memory that workers restarted every epoch gain within it (a cache they fill), freed at its end."""
+
+    def __init__(self, rate: float, epoch_steps: int) -> None:
+        super().__init__(rate)
+        self.epoch_steps, self.steps = epoch_steps, 0
+
+    def read(self) -> tuple[int, int, int]:
+        self.steps += 1
+        self.used = self.rate * ((self.steps - 1) % self.epoch_steps + 1)
+        return int(800 * MIB + self.used), int(500 * MIB + self.used), int(500 * MIB + self.used)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_what_restarting_workers_gain_within_an_epoch_is_not_warned_as_creep(persistent):
+    logged: list = []
+    trainer, watch = _fake_trainer("cpu", logged), MemoryWatch()
+    trainer.train_dataloader = SimpleNamespace(num_workers=2, persistent_workers=persistent)
+    trainer.num_training_batches = 120
+    watch.setup(trainer, None, "fit")
+    watch.tree = _SawTree(rate=3 * MIB, epoch_steps=120)
+    for batch_idx in range(600):
+        if batch_idx % 120 == 0:
+            watch.on_train_epoch_start(trainer, None)
+        watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    # each epoch's rise looks like creep while it lasts; workers that restart free it at the end
+    assert watch.warnings == [] if not persistent else len(watch.warnings) >= 1
+    assert watch.failed is None
+
+
+def test_a_leak_in_the_main_process_with_restarting_workers_is_warned_once_it_outlives_an_epoch():
+    trainer, watch = _fake_trainer("cpu", []), MemoryWatch()
+    trainer.train_dataloader = SimpleNamespace(num_workers=2, persistent_workers=False)
+    trainer.num_training_batches = 120
+    watch.setup(trainer, None, "fit")
+    watch.tree = _FakeTree(rate=MIB)
+    for batch_idx in range(600):
+        if batch_idx % 120 == 0:
+            watch.on_train_epoch_start(trainer, None)
+        watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    assert len(watch.warnings) == 1 and 120 < watch.warnings[0]["step"] < 300  # in the second epoch

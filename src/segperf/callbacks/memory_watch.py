@@ -32,7 +32,8 @@ import lightning as L
 import torch
 
 from segperf.perf.host_memory import TreeMemory, children, host_room
-from segperf.perf.memory_trend import MIB, Trend, duration, forecast, size
+from segperf.perf.memory_findings import creep_text, findings
+from segperf.perf.memory_trend import MIB, Trend, forecast
 from segperf.perf.verdict import memory_verdict
 
 log = logging.getLogger("segperf")
@@ -41,18 +42,8 @@ log = logging.getLogger("segperf")
 # own drift stays under it (host), device allocations are exact (device)
 HOST_MIN_RISE = 32 * MIB
 DEVICE_MIN_RISE = 16 * MIB
-# a peak at this share of the capacity is pressure; an allocator holding this share of its
-# reserved memory unallocated at the peak (and at least OVERHANG_BYTES) is overhang
-PRESSURE_SHARE = 0.9
-OVERHANG_SHARE = 0.25
-OVERHANG_BYTES = 1024 * MIB
-HOST_WHAT = "host memory (private bytes of the process and of its DataLoader workers)"
 # the host series judged for creep (segperf.perf.host_memory: each page once, a worker's copy of its parent not)
 HOST_MEASURE = "private bytes of the main process + what each DataLoader worker added since it started"
-ADVICE = (
-    "something keeps memory from step to step: tensors kept in a list, a loss or an output kept "
-    "without .detach() or .item(), a cache that grows"
-)
 
 
 class MemoryWatch(L.Callback):
@@ -86,6 +77,9 @@ class MemoryWatch(L.Callback):
         self._times: list[tuple[int, float]] = []  # (step, perf_counter) at the settle point and now
         self._validated = False
         self._next_judge = 0
+        self._epoch_starts: list[int] = []  # the first step of each training epoch
+        self._epoch_end = float("inf")  # the last step of this one
+        self._restarting_workers = False  # the training loader's workers start anew each epoch
         self._nvml: Any = None
 
     # -- never break the run ----------------------------------------------------------------------
@@ -142,6 +136,16 @@ class MemoryWatch(L.Callback):
             states = [trend.judge() for trend in self._trends()]
             if "confirmed" in states:
                 self._maybe_warn(step)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._guarded("an epoch's start", self._epoch_start, trainer)
+
+    def _epoch_start(self, trainer) -> None:
+        loader = trainer.train_dataloader
+        workers = getattr(loader, "num_workers", 0) or 0
+        self._restarting_workers = workers > 0 and not getattr(loader, "persistent_workers", False)
+        self._epoch_starts.append(self.steps + 1)
+        self._epoch_end = self.steps + float(trainer.num_training_batches)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking and not self._validated:
@@ -209,6 +213,8 @@ class MemoryWatch(L.Callback):
         nearer by at least half of what was left when it was last said (the leak sped up)."""
         creep = self.creep()
         at = creep["out_of_memory_at_step"]
+        if not self._outlives_epoch(at):
+            return
         if self.warnings:
             before = self.warnings[-1]
             if at is None or before["out_of_memory_at_step"] is None:
@@ -220,6 +226,23 @@ class MemoryWatch(L.Callback):
         )
         rank = f" on rank {self.rank}" if self.world_size > 1 else ""
         log.warning("segperf: memory creep%s: %s", rank, self.warnings[-1]["text"])
+
+    def _outlives_epoch(self, at: int | None) -> bool:
+        """Workers that restart every epoch free at its end what they gained in it (a cache they
+        fill): a host rise inside one epoch is said once a block after an epoch's start lies above
+        every block of the rise before it, or when memory runs out before this epoch ends."""
+        host = self.host
+        if not self._restarting_workers or host.state != "confirmed" or (at is not None and at <= self._epoch_end):
+            return True
+        if self.device_trend is not None and self.device_trend.state == "confirmed":
+            return True  # the device's memory is not the workers'
+        since = host.judged.since_step
+        for start in (s for s in self._epoch_starts if s > since):
+            before = [v for step, v in host.points if since <= step < start]
+            after = [v for step, v in host.points if step >= start]
+            if before and after and min(after) > max(before):
+                return True
+        return False
 
     def _log_live(self, trainer, resident: int, private: int, allocated: int | None, reserved: int | None) -> None:
         metrics = {"perf/rss_bytes": float(resident), "perf/rss_private_bytes": float(private)}
@@ -317,68 +340,3 @@ def device_pressure(device: torch.device, nvml_peak: int | None) -> dict[str, An
         "alloc_retries": int(stats.get("num_alloc_retries", 0)),
         "out_of_memory_errors": int(stats.get("num_ooms", 0)),
     }
-
-
-def creep_text(creep: dict[str, Any]) -> str:
-    """One sentence: what grows, how fast, since when, and when it runs out."""
-    parts = []
-    if creep.get("host_bytes_per_step"):
-        parts.append(f"{HOST_WHAT} grows {size(creep['host_bytes_per_step'])} a step")
-    if creep.get("device_bytes_per_step"):
-        parts.append(f"torch's allocated device memory grows {size(creep['device_bytes_per_step'])} a step")
-    text = " and ".join(parts) + f" since step {creep['since_step']:,}"
-    if creep.get("out_of_memory_at_step") is not None:
-        text += (
-            f"; at this rate the {creep['runs_out_of']} memory left to it ({size(creep['room_bytes'])}, "
-            f"{creep['room_from']}) runs out at step ~{creep['out_of_memory_at_step']:,}"
-        )
-        if creep.get("out_of_memory_in_s") is not None:
-            text += f", in about {duration(creep['out_of_memory_in_s'])}"
-    return f"{text}. {ADVICE[0].upper()}{ADVICE[1:]}."
-
-
-def findings(memory: dict[str, Any]) -> list[dict[str, str]]:
-    """What the memory record says a person should know, one line each."""
-    found = []
-    creep, pressure = memory.get("creep") or {}, memory.get("pressure") or {}
-    if creep.get("state") == "confirmed":
-        found.append({"kind": "creep", "text": creep_text(creep)})
-    for name, trend in (memory.get("trend") or {}).items():
-        if trend and trend.get("state") == "stopped":
-            found.append(
-                {
-                    "kind": "stopped",
-                    "text": f"{name} memory rose {size(trend['bytes_per_step'])} a step from step "
-                    f"{trend['since_step']:,}, then stopped (a fill, or a leak that ended)",
-                }
-            )
-    host, device = pressure.get("host") or {}, pressure.get("device") or {}
-    if (host.get("fraction") or 0) >= PRESSURE_SHARE:
-        found.append(
-            {
-                "kind": "pressure",
-                "text": f"host memory peaked at {host['fraction']:.0%} of its capacity "
-                f"({size(host['peak_bytes'])} of {size(host['capacity_bytes'])}, {host['capacity_from']})",
-            }
-        )
-    if (device.get("fraction") or 0) >= PRESSURE_SHARE or device.get("alloc_retries"):
-        retries = (
-            f"; the allocator retried {device['alloc_retries']:,} allocations" if device.get("alloc_retries") else ""
-        )
-        found.append(
-            {
-                "kind": "pressure",
-                "text": f"device memory peaked at {device['fraction']:.0%} of its capacity "
-                f"({size(device['capacity_bytes'])}){retries}",
-            }
-        )
-    overhang = device.get("reserved_overhang_bytes") or 0
-    if overhang >= OVERHANG_BYTES and (device.get("overhang_fraction") or 0) >= OVERHANG_SHARE:
-        found.append(
-            {
-                "kind": "overhang",
-                "text": f"the allocator reserved {size(overhang)} ({device['overhang_fraction']:.0%}) more than it "
-                "allocated at its peak (fragmentation): try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-            }
-        )
-    return found

@@ -48,7 +48,7 @@ from segperf.perf.train_rate import train_section
 
 # Lightning's hooks PerfMonitor only passes on to its parts
 PASSED_ON = (
-    "on_before_backward on_after_backward on_train_batch_end on_train_end "
+    "on_before_backward on_after_backward on_train_batch_end on_train_epoch_start on_train_end "
     "on_validation_start on_validation_batch_start on_validation_batch_end on_validation_end"
 ).split()
 # how long rank 0 waits for the other ranks' rows at the end of fit before it writes its own alone
