@@ -182,3 +182,43 @@ def test_tensorboards_hparams_get_every_logged_metric_under_its_own_name():
     quality = quality_section([{"step": 4, "val_ppl": 35.2, "val_loss": 3.56}], Quality("val/ppl", "min"))
     log_hparams(trainer, {"train": {"images_per_s": 30.0}, "quality": quality, "axes": {"batch_size": 4}})
     assert logged == [{"hp/images_per_s": 30.0, "hp/val_ppl": 35.2, "hp/val_loss": 3.56}]
+
+
+def test_a_run_that_validates_40000_times_keeps_a_bounded_history_with_its_first_and_last():
+    from types import SimpleNamespace
+
+    from segperf.callbacks.validation_metrics import HISTORY_MAX, ValidationMetrics, quality_section
+
+    keeper = ValidationMetrics()
+    trainer = SimpleNamespace(sanity_checking=False, global_step=0, callback_metrics={})
+    for step in range(1, 40_001):  # a million steps validated every 25
+        trainer.global_step, trainer.callback_metrics = step * 25, {"val_acc": torch.tensor(step / 40_000)}
+        keeper.on_validation_end(trainer, None)
+    history = keeper.history
+    assert len(history) <= HISTORY_MAX + 1
+    assert history[0]["step"] == 25 and history[-1]["step"] == 1_000_000
+    steps = [entry["step"] for entry in history]
+    assert steps == sorted(steps) and max(b - a for a, b in zip(steps, steps[1:], strict=False)) <= 4 * 1_000_000 / len(
+        steps
+    )
+    section = quality_section(history, None)
+    assert section["first_val_acc"] == history[0]["val_acc"] and section["val_acc"] == 1.0
+
+
+def test_a_resumed_long_history_goes_on_at_its_stride():
+    from types import SimpleNamespace
+
+    from segperf.callbacks.validation_metrics import ValidationMetrics
+
+    def validate(keeper, steps):
+        for step in steps:
+            trainer = SimpleNamespace(sanity_checking=False, global_step=step, callback_metrics={"val_acc": step})
+            keeper.on_validation_end(trainer, None)
+
+    whole, first = ValidationMetrics(), ValidationMetrics()
+    validate(whole, range(1, 3001))
+    validate(first, range(1, 1501))
+    resumed = ValidationMetrics()
+    resumed.load_state_dict(first.state_dict())  # through a checkpoint, halfway
+    validate(resumed, range(1501, 3001))
+    assert [e["step"] for e in resumed.history] == [e["step"] for e in whole.history]

@@ -18,12 +18,32 @@ import torch
 from segperf.quality import Quality, as_quality, declared, default, is_validation_metric, results_key
 from segperf.quality import default_metric as default_metric
 
+# past this many entries a long run's history keeps every other one, evenly over the run, so that
+# results.json and checkpoints stay bounded however often it validates (a million steps
+# validated every 25: 40,000 validations)
+HISTORY_MAX = 512
+
 
 class ValidationMetrics(L.Callback):
-    """One entry per validation (not the sanity check): {"step": N, "val_acc": 0.91, ...}."""
+    """One entry per validation (not the sanity check): {"step": N, "val_acc": 0.91, ...}.
+
+    Past HISTORY_MAX entries it keeps the validations at an even stride (1, then every 2nd, 4th,
+    ...) and always the latest: the first and the last validation, which results.json's
+    `first_<metric>` and `<metric>` read, are always in `history`."""
 
     def __init__(self) -> None:
-        self.history: list[dict[str, float]] = []
+        self._kept: list[dict[str, float]] = []  # validations 0, stride, 2*stride, ...
+        self._latest: dict[str, float] | None = None
+        self._seen, self._stride = 0, 1
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        latest = self._latest
+        return (
+            self._kept + [latest]
+            if latest is not None and (not self._kept or latest is not self._kept[-1])
+            else self._kept
+        )
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # after the epoch-end reduction: callback_metrics hold this validation's values
@@ -31,13 +51,25 @@ class ValidationMetrics(L.Callback):
             return
         entry: dict[str, float] = {"step": int(trainer.global_step), **logged_validation_metrics(trainer)}
         if len(entry) > 1:
-            self.history.append(entry)
+            self.remember(entry)
+
+    def remember(self, entry: dict[str, float]) -> None:
+        if self._seen % self._stride == 0:
+            self._kept.append(entry)
+            if len(self._kept) > HISTORY_MAX:  # kept[j] is validation j*stride: every other one stays
+                self._kept, self._stride = self._kept[::2], 2 * self._stride
+        self._latest, self._seen = entry, self._seen + 1
 
     def state_dict(self) -> dict[str, Any]:  # in checkpoints: a resumed run still knows its first validation
-        return {"history": [dict(entry) for entry in self.history]}
+        return {"history": [dict(e) for e in self.history], "seen": self._seen, "stride": self._stride}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = [dict(entry) for entry in state_dict.get("history", [])]
+        history = [dict(entry) for entry in state_dict.get("history", [])]
+        self._seen, self._stride = state_dict.get("seen", len(history)), state_dict.get("stride", 1)
+        # the latest is kept apart unless it fell on the stride
+        on_stride = history and (self._seen - 1) % self._stride == 0
+        self._kept = history if on_stride or not history else history[:-1]
+        self._latest = history[-1] if history else None
 
 
 def logged_validation_metrics(trainer: L.Trainer) -> dict[str, float]:
