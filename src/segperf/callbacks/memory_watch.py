@@ -3,7 +3,8 @@
 A run that leaks dies by the OOM killer before any end-of-fit summary is written, so this part
 speaks during the run: every `every_n_steps` training steps it reads the host memory of the
 process tree (segperf.perf.host_memory: the main process's private bytes and what each DataLoader
-worker added since it started; one pread per process, a few microseconds) and, on a GPU, torch's
+worker added since it started; one pread per process, a few microseconds; the creep trend takes
+off glibc's free-but-resident heap bytes every HELD_EVERY_N_STEPS) and, on a GPU, torch's
 allocated and reserved bytes (host-side counters: no synchronization).
 segperf.perf.memory_trend judges the trend after warm-up and after the first validation; once
 creep is confirmed it logs ONE warning through the "segperf" logger, with the step (and the wall
@@ -31,7 +32,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from segperf.perf.host_memory import TreeMemory, children, host_room
+from segperf.perf.host_memory import HeapHoles, TreeMemory, children, host_room
 from segperf.perf.memory_findings import creep_text, findings
 from segperf.perf.memory_trend import MIB, Trend, forecast
 from segperf.perf.verdict import memory_verdict
@@ -44,6 +45,14 @@ HOST_MIN_RISE = 32 * MIB
 DEVICE_MIN_RISE = 16 * MIB
 # the host series judged for creep (segperf.perf.host_memory: each page once, a worker's copy of its parent not)
 HOST_MEASURE = "private bytes of the main process + what each DataLoader worker added since it started"
+HELD_MEASURE = HOST_MEASURE + ", minus the main process's free-but-resident malloc heap bytes (mallinfo2)"
+NO_MALLINFO = HOST_MEASURE + " (no mallinfo2 here: malloc's free heap bytes not subtracted)"
+# mallinfo2 costs 60-170 us inside a step (host_memory.HeapHoles): the creep trend reads it and adds
+# a point every 8 steps. Not every 16 (a judgement's pace): a fit wants 12 points, 192 steps, and a
+# 300-step run settled after its first validation at step 51 would not be confirmed before it ends.
+HELD_EVERY_N_STEPS = 8
+# near the limit the process's own growth (heap holes included) is what runs out first
+NEAR_LIMIT_SHARE = 0.05
 
 
 class MemoryWatch(L.Callback):
@@ -64,7 +73,12 @@ class MemoryWatch(L.Callback):
         self._reset()
 
     def _reset(self) -> None:
-        self.host = Trend("host", HOST_MIN_RISE)
+        self.host = Trend("host", HOST_MIN_RISE)  # held bytes: the tree's own, malloc's holes off
+        self.holes: HeapHoles | None = None
+        self._next_held, self.held_every = 0, 1
+        self.peak_own = 0
+        self._own_since: tuple[int, int] | None = None  # (step, own bytes) first read after settling
+        self._own_now: tuple[int, int] | None = None
         self.device_trend: Trend | None = None
         self.tree: TreeMemory | None = None
         self.device: torch.device | None = None
@@ -103,6 +117,11 @@ class MemoryWatch(L.Callback):
         self._reset()
         # children already here are not this rank's workers: under DDP on one machine, the other ranks
         self.tree = TreeMemory(exclude=set(children(TreeMemory().root)))
+        self.holes = HeapHoles()
+        # in steps, a multiple of every_n_steps; each step's reading where nothing is subtracted
+        self.held_every = -(-HELD_EVERY_N_STEPS // self.every_n_steps) * self.every_n_steps
+        if not self.holes.available:
+            self.held_every = self.every_n_steps
         self.device = trainer.strategy.root_device
         self.rank, self.world_size = trainer.global_rank, trainer.world_size
         self.host.settle(self.warmup_steps)
@@ -120,7 +139,13 @@ class MemoryWatch(L.Callback):
         resident, private, own = self.tree.read()
         self.peak_resident = max(self.peak_resident, resident)
         self.peak_tree_private = max(self.peak_tree_private, private)
-        self.host.add(step, own)  # not `private`: forked workers would count the parent's pages again
+        self.peak_own = max(self.peak_own, own)
+        self._own_now = (step, own)
+        if step > self.host.settle_step and (self._own_since is None or self._own_since[0] <= self.host.settle_step):
+            self._own_since = (step, own)
+        if step >= self._next_held:  # not `private`: forked workers would count the parent's pages again
+            self._next_held = step + self.held_every
+            self.host.add(step, own - self.holes.read())
         allocated = reserved = None
         if self.device_trend is not None:
             allocated, reserved = torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
@@ -131,7 +156,7 @@ class MemoryWatch(L.Callback):
         if every and step % every < self.every_n_steps and trainer.is_global_zero:
             self._log_live(trainer, resident, private, allocated, reserved)
         if step >= self._next_judge:
-            self._next_judge = step + max(self.judge_every, self.host.block_steps)
+            self._next_judge = step + max(self.judge_every, self.host.block_steps * self.held_every)
             self._times[1:] = [(step, now)]
             states = [trend.judge() for trend in self._trends()]
             if "confirmed" in states:
@@ -193,20 +218,28 @@ class MemoryWatch(L.Callback):
             found[f"{trend.name}_bytes_per_step"] = round(rate, 1)
             since = trend.judged.since_step
             found["since_step"] = since if found["since_step"] is None else min(found["since_step"], since)
-            room, room_from = self._room(trend.name)
+            room, room_from, capacity = self._room(trend.name)
+            if trend.name == "host" and room is not None and room < NEAR_LIMIT_SHARE * capacity:
+                rate = max(rate, self.own_growth() or 0.0)  # the heap's bursts come before its holes fill
             at, seconds = forecast(self.steps, rate, room, self._seconds_per_step())
             if at is not None and (found["out_of_memory_at_step"] is None or at < found["out_of_memory_at_step"]):
                 found.update(out_of_memory_at_step=at, out_of_memory_in_s=seconds, runs_out_of=trend.name)
                 found.update(room_bytes=room, room_from=room_from)
         return found
 
-    def _room(self, name: str) -> tuple[int | None, str]:
+    def own_growth(self) -> float | None:
+        """What the tree's own bytes (malloc's holes in) grew a step since the trend settled."""
+        if self._own_since is None or self._own_now is None or self._own_now[0] <= self._own_since[0]:
+            return None
+        return (self._own_now[1] - self._own_since[1]) / (self._own_now[0] - self._own_since[0])
+
+    def _room(self, name: str) -> tuple[int | None, str, int]:
         if name == "host":
             room = host_room()
-            return int(room["available_bytes"]), str(room["limited_by"])
+            return int(room["available_bytes"]), str(room["limited_by"]), int(room["capacity_bytes"])
         total = torch.cuda.get_device_properties(self.device).total_memory
         used = max(torch.cuda.memory_reserved(self.device), self._nvml_used() or 0)
-        return max(0, int(total) - int(used)), "device memory"
+        return max(0, int(total) - int(used)), "device memory", int(total)
 
     def _maybe_warn(self, step: int) -> None:
         """Once when creep is confirmed; again only when the out-of-memory step it forecasts comes
@@ -282,7 +315,14 @@ class MemoryWatch(L.Callback):
             trend.judge()
         creep = self.creep()
         memory["trend"] = {
-            "host": {"measure": HOST_MEASURE, **self.host.section()},
+            "host": {
+                "measure": HELD_MEASURE if self.holes.available else NO_MALLINFO,
+                "read_every_n_steps": self.held_every,
+                "process_growth_bytes_per_step": None if self.own_growth() is None else round(self.own_growth(), 1),
+                "mallinfo2_us": round(1e6 * self.holes.cost_s / self.holes.calls, 1) if self.holes.calls else None,
+                **self.host.section(),
+                "block_steps": self.host.block_steps * self.held_every,  # readings a block, in steps
+            },
             "device": None
             if self.device_trend is None
             else {"measure": "torch allocated bytes", **self.device_trend.section()},
@@ -309,7 +349,7 @@ class MemoryWatch(L.Callback):
         pressure: dict[str, Any] = {
             "host": {
                 "peak_bytes": peak,
-                "peak_private_bytes": self.host.peak_bytes,
+                "peak_private_bytes": self.peak_own or None,
                 "tree_private_peak_bytes": self.peak_tree_private or None,  # workers' copy-on-write pages included
                 "capacity_bytes": capacity,
                 "capacity_from": "cgroup memory limit" if room["limited_by"] == "cgroup memory limit" else "RAM",
