@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from segperf import PerfMonitor
 from segperf.callbacks.memory_watch import MemoryWatch
+from segperf.perf.host_memory import HeapHoles
 from segperf.perf.memory_trend import MIB, Trend, rank_memory
 from segperf.perf.nvml import NvmlGpu
 from segperf.perf.summary import format_run_summary
@@ -416,3 +417,45 @@ def test_a_leak_in_the_main_process_with_restarting_workers_is_warned_once_it_ou
             watch.on_train_epoch_start(trainer, None)
         watch.on_train_batch_end(trainer, None, None, None, batch_idx)
     assert len(watch.warnings) == 1 and 120 < watch.warnings[0]["step"] < 300  # in the second epoch
+
+
+def _fitted_with_holes(monkeypatch, mallinfo2, available: int) -> dict:
+    """300 steps of a tree growing 1.3 MiB a step of which malloc's heap holes are 1.0 MiB (fake)."""
+    monkeypatch.setattr("segperf.callbacks.memory_watch.HeapHoles", lambda: HeapHoles(lambda: mallinfo2))
+    monkeypatch.setattr(
+        "segperf.callbacks.memory_watch.host_room",
+        lambda: {"available_bytes": available, "capacity_bytes": 8 * 2**30, "limited_by": "available RAM"},
+    )
+    trainer, watch = _fake_trainer("cpu", []), MemoryWatch()
+    watch.setup(trainer, None, "fit")
+    watch.tree = tree = _FakeTree(rate=1.3 * MIB)
+    holes = SimpleNamespace(fordblks=0, keepcost=4096)
+
+    def info():
+        holes.fordblks = int(tree.used / 1.3)  # 1.0 of each 1.3 MiB the tree grew is free heap
+        return holes
+
+    if mallinfo2 is not None:
+        watch.holes._call = info
+    for batch_idx in range(300):
+        watch.on_train_batch_end(trainer, None, None, None, batch_idx)
+    results: dict = {}
+    watch.record(results)
+    return results["memory"]
+
+
+def test_malloc_free_heap_bytes_are_not_creep_and_without_mallinfo2_the_record_says_so(monkeypatch):
+    memory = _fitted_with_holes(monkeypatch, mallinfo2=object(), available=4 * 2**30)
+    host = memory["trend"]["host"]
+    assert memory["creep"]["host_bytes_per_step"] == pytest.approx(0.3 * MIB, rel=0.02)  # held, not resident
+    assert host["process_growth_bytes_per_step"] == pytest.approx(1.3 * MIB, rel=0.02)
+    assert "mallinfo2" in host["measure"] and host["read_every_n_steps"] == 8
+    assert memory["creep"]["out_of_memory_at_step"] == pytest.approx(300 + 4 * 2**30 / (0.3 * MIB), rel=0.03)
+    assert memory["pressure"]["host"]["peak_private_bytes"] == pytest.approx(500 * MIB + 300 * 1.3 * MIB, rel=0.01)
+    # near the limit the heap's bursts come first: the forecast takes the process's growth
+    near = _fitted_with_holes(monkeypatch, mallinfo2=object(), available=100 * MIB)
+    assert near["creep"]["out_of_memory_at_step"] == pytest.approx(300 + 100 / 1.3, abs=2)
+    # musl, macOS, old glibc: nothing subtracted, and results.json says so
+    plain = _fitted_with_holes(monkeypatch, mallinfo2=None, available=4 * 2**30)
+    assert plain["creep"]["host_bytes_per_step"] == pytest.approx(1.3 * MIB, rel=0.02)
+    assert "no mallinfo2" in plain["trend"]["host"]["measure"] and plain["trend"]["host"]["mallinfo2_us"] is None
