@@ -135,9 +135,11 @@ def test_multirun_sweep_writes_one_named_run_directory_per_job(tmp_path, tiny_ca
     assert shown.returncode == 0, shown.stderr
     report = tmp_path / "sweep" / "report.md"
     assert shown.stdout.strip().splitlines()[-1] == "sweep/report.md"  # the path, last, as given
-    rows = [line for line in report.read_text().splitlines() if line.startswith("| ") and "workers=" in line]
-    assert len(rows) == 4
-    assert sum("workers=auto" in row and "pin=on" in row for row in rows) == 1
+    sections = {part.split("\n", 1)[0]: part for part in report.read_text().split("\n## ")[1:]}
+    for section in ("Training", "Memory"):  # one row per combination in each: speed, and peak memory
+        rows = [line for line in sections[section].splitlines() if line.startswith("| ") and "workers=" in line]
+        assert len(rows) == 4, section
+        assert sum("workers=auto" in row and "pin=on" in row for row in rows) == 1
     charts = list((tmp_path / "sweep").glob("*.png"))
     assert len(charts) >= 4 and all(png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for png in charts)
 

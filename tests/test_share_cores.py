@@ -80,6 +80,8 @@ def fit(share: ShareCores, spin_s: float, workers: int = 2, steps: int = 12, ste
     return results
 
 
+@pytest.mark.slow
+@pytest.mark.serial  # alone: beside another test worker's process the DataLoader workers kept 0.40 of a core (CI)
 def test_workers_that_keep_cores_busy_get_them_and_the_measuring_steps_join_the_warm_up():
     torch.set_num_threads(CORES)  # torch's default: one thread per core
     results = fit(ShareCores(measure_steps=3, warmup_steps=1), spin_s=0.02)
