@@ -284,6 +284,7 @@ class PerfMonitor(L.Callback):
         if self._gather_group is not None and trainer.world_size > 1:
             step_parts = self.step_parts if self.measure else dict
             gather_ranks(trainer, results, self._gather_group, step_parts, self.parts.failed)
+            self._gather_group = None  # gather_ranks shut it down: one gather a fit
 
 
 def _passed_on(hook: str):

@@ -43,7 +43,15 @@ def gather_ranks(trainer, results: dict[str, Any], group, step_parts, failed) ->
         failed("this rank's row", error)
         row = {"rank": trainer.global_rank, "status": "not measured", "images": 0, "steps": 0}
         row["images_per_s"] = row["ready_mean_s"] = None
-    rows = gather_rows(row, trainer.world_size, group)
+    try:
+        rows = gather_rows(row, trainer.world_size, group)
+    finally:
+        # the group is PerfMonitor's own and this was its last use: shut down now, not by the
+        # destructors at interpreter exit, where a gloo group's threads can end the process (SIGABRT)
+        try:
+            torch.distributed.destroy_process_group(group)
+        except Exception:  # noqa: BLE001 - already gone with the default group: nothing to release
+            pass
     if trainer.is_global_zero:
         add_ranks(results, rows, trainer)
 
